@@ -1,0 +1,46 @@
+# Danqing: the two commands a newcomer needs are `make run` and `make test`.
+# Both install what is missing (scripts/setup.sh) and build with CMake presets.
+.PHONY: all setup build run test test-asan test-tsan bench format format-check clean
+
+PRESET ?= default
+CTEST_ARGS ?=
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	@cmake --preset $(PRESET) >/dev/null
+	@cmake --build --preset $(PRESET)
+
+# Until the Danqing service exists: show the node's GPUs (real driver if any,
+# else the fake 8xA100 node).
+run: build
+	@scripts/run.sh
+
+test: build
+	@ctest --preset $(PRESET) $(CTEST_ARGS)
+
+# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: setup
+	@cmake --preset asan >/dev/null
+	@cmake --build --preset asan
+	@ctest --preset asan $(CTEST_ARGS)
+
+test-tsan: setup
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan
+	@ctest --preset tsan $(CTEST_ARGS)
+
+bench: build
+	@scripts/bench.sh
+
+format:
+	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+format-check:
+	@git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
+
+clean:
+	rm -rf build

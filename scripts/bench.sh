@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# `make bench`: runs the benchmarks under bench/ on the fake NVML node profiles.
+# Results are recorded by hand, with the machine, in docs/benchmarks.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build/default/bench/inventory_bench --benchmark_min_time=0.5 "$@"

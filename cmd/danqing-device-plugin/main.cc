@@ -1,16 +1,26 @@
-// danqing-device-plugin: the GPU node agent. Thin main: flags and wiring only;
-// the logic lives in the libraries under src/.
+// danqing-device-plugin: the GPU node agent. Thin main: flags, wiring and
+// signals only; the logic lives in the libraries under src/.
 //
-// Exit codes: 0 success; 1 failure; 2 usage error; 3 NVML unavailable (no
-// library, or nvmlInit failed).
+//   danqing-device-plugin [flags]          serve the kubelet (the DaemonSet's command)
+//   danqing-device-plugin gpus [--json]    show what the agent sees on this node
+//
+// Flags, environment variables and the config file follow NVIDIA's
+// k8s-device-plugin (flags > environment > file); see docs/configuration.md.
+// Signals: SIGTERM/SIGINT stop cleanly (sockets removed); SIGHUP reloads.
+//
+// Exit codes: 0 success; 1 failure; 2 usage or configuration error; 3 NVML
+// unavailable (no library, or nvmlInit failed).
 #include <CLI/CLI.hpp>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <iostream>
 #include <string>
 
+#include "agent/agent.h"
 #include "common/log.h"
+#include "config/config.h"
 #include "gpu/nvml_backend.h"
 #include "gpu/report.h"
 
@@ -20,23 +30,55 @@ constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitNoNvml = 3;
 
-struct GlobalFlags {
-  std::string nvml_lib;
-  std::string log_level;
-};
+int ExitCodeFor(const danqing::Status& st) {
+  switch (st.code()) {
+    case danqing::StatusCode::kInvalidArgument: return kExitUsage;
+    case danqing::StatusCode::kUnavailable: return kExitNoNvml;
+    default: return kExitFailure;
+  }
+}
 
-int RunGpus(const GlobalFlags& g, bool json, bool no_sensors) {
-  auto backend = danqing::gpu::NvmlBackend::Create(g.nvml_lib);
-  if (!backend.ok()) {
-    std::fprintf(stderr, "danqing-device-plugin: %s\n", backend.status().ToString().c_str());
-    const auto code = backend.status().code();
-    return code == danqing::StatusCode::kUnavailable ? kExitNoNvml : kExitFailure;
+int Fail(const danqing::Status& st) {
+  std::fprintf(stderr, "danqing-device-plugin: %s\n", st.ToString().c_str());
+  return ExitCodeFor(st);
+}
+
+// Registers every flag of the configuration table (NVIDIA's names plus
+// Danqing's) so that its value lands in `cl`.
+void AddConfigFlags(CLI::App& app, danqing::config::CommandLine& cl) {
+  using danqing::config::FlagKind;
+  for (const auto& spec : danqing::config::FlagTable()) {
+    std::string names = "--" + std::string(spec.name);
+    if (!spec.alias.empty()) names += ",--" + std::string(spec.alias);
+    std::string help(spec.help);
+    if (!spec.env.empty()) help += " [env " + std::string(spec.env) + "]";
+    if (!spec.default_value.empty()) help += " (default " + spec.default_value + ")";
+    auto field = spec.field;
+    CLI::Option* opt = nullptr;
+    // Pass the help with description(): add_option(name, std::string&) would
+    // take the help string as the option's target variable.
+    if (spec.kind == FlagKind::kBool) {
+      opt = app.add_flag(names + "{true}");
+    } else {
+      opt = app.add_option(names);
+    }
+    opt->description(help);
+    if (spec.kind == FlagKind::kList) {
+      opt->each([&cl, field](const std::string& v) {
+        auto& slot = cl.*field;
+        slot = slot && !slot->empty() ? *slot + "," + v : v;
+      });
+    } else {
+      opt->each([&cl, field](const std::string& v) { cl.*field = v; });
+    }
   }
+}
+
+int RunGpus(const danqing::config::Config& cfg, bool json, bool no_sensors) {
+  auto backend = danqing::gpu::NvmlBackend::Create(cfg.danqing.nvml_lib);
+  if (!backend.ok()) return Fail(backend.status());
   auto snap = danqing::gpu::TakeSnapshot(**backend, !no_sensors);
-  if (!snap.ok()) {
-    std::fprintf(stderr, "danqing-device-plugin: %s\n", snap.status().ToString().c_str());
-    return kExitFailure;
-  }
+  if (!snap.ok()) return Fail(snap.status());
   if (json) {
     std::cout << danqing::gpu::ToJson(*snap).dump(2) << '\n';
   } else {
@@ -45,19 +87,49 @@ int RunGpus(const GlobalFlags& g, bool json, bool no_sensors) {
   return 0;
 }
 
+int Serve(const danqing::config::CommandLine& cl, danqing::config::Config cfg) {
+  // Signals are taken synchronously by this thread; block them before any
+  // other thread exists so that none of those receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  danqing::agent::Agent agent;
+  if (auto st = agent.Start(cfg); !st.ok()) return Fail(st);
+  spdlog::info("danqing-device-plugin: serving; SIGHUP reloads, SIGTERM stops");
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      auto next = danqing::config::Resolve(cl, danqing::config::ProcessEnvironment());
+      if (!next.ok()) {
+        spdlog::error("reload: {} (keeping the running configuration)", next.status().ToString());
+        continue;
+      }
+      if (auto st = agent.Reload(*next); !st.ok()) {
+        spdlog::error("reload: {}", st.ToString());
+        continue;
+      }
+      cfg = std::move(next).value();
+      continue;
+    }
+    spdlog::info("danqing-device-plugin: signal {}; stopping", sig);
+    agent.Stop();
+    return 0;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"danqing-device-plugin: the Danqing GPU node agent for Kubernetes"};
-  app.require_subcommand(1);
   app.fallthrough();  // global flags may follow the subcommand too
-  GlobalFlags g;
-  app.add_option("--nvml-lib", g.nvml_lib,
-                 "Path of libnvidia-ml.so.1 (default: $DANQING_NVML_LIB, else the dynamic "
-                 "linker's search path)");
-  app.add_option("--log-level", g.log_level,
-                 "trace, debug, info, warn, error, critical or off (default: "
-                 "$DANQING_LOG_LEVEL, else info)");
+  danqing::config::CommandLine cl;
+  AddConfigFlags(app, cl);
 
   bool json = false;
   bool no_sensors = false;
@@ -72,10 +144,9 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
-  if (auto st = danqing::log::Configure(g.log_level); !st.ok()) {
-    std::fprintf(stderr, "danqing-device-plugin: %s\n", st.ToString().c_str());
-    return kExitUsage;
-  }
-  if (*gpus) return RunGpus(g, json, no_sensors);
-  return kExitUsage;
+  auto cfg = danqing::config::Resolve(cl, danqing::config::ProcessEnvironment());
+  if (!cfg.ok()) return Fail(cfg.status());
+  if (auto st = danqing::log::Configure(cfg->danqing.log_level); !st.ok()) return Fail(st);
+  if (*gpus) return RunGpus(*cfg, json, no_sensors);
+  return Serve(cl, std::move(cfg).value());
 }

@@ -38,7 +38,9 @@ std::string ResolveNvmlLibraryPath(const std::string& flag_value) {
 Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Open(const std::string& path) {
   const std::string target = path.empty() ? kDefaultSoname : path;
   dlerror();  // clear
-  void* handle = dlopen(target.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // RTLD_NODELETE: the driver's library starts threads of its own; it stays
+  // mapped for the life of the process even after dlclose().
+  void* handle = dlopen(target.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (handle == nullptr) {
     const char* why = dlerror();
     return Unavailable("cannot load NVML library '" + target + "': " +

@@ -957,4 +957,8 @@ FAKE_NVML_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
 
 // Stops the control thread before the library's code is unmapped (dlclose) or
 // the process exits with NVML still initialised.
-__attribute__((destructor)) static void fake_nvml_unload() { State::instance().unload(); }
+// Never creates the state just to unload it (a library loaded but never
+// initialised has nothing to stop).
+__attribute__((destructor)) static void fake_nvml_unload() {
+  if (State* state = State::existing()) state->unload();
+}

@@ -1,5 +1,6 @@
 // Fake NVML: global state, handle registry, event queues and the init/shutdown
 // lifecycle (see state.h for the locking rules).
+#include <atomic>
 #include "state.h"
 
 #include <chrono>
@@ -38,11 +39,21 @@ std::string env_or(const char* name, const char* fallback) {
 State::State() = default;
 State::~State() = default;
 
+namespace {
+std::atomic<State*> g_state{nullptr};
+}  // namespace
+
 State& State::instance() {
   // Deliberately leaked: see the comment in state.h.
-  static State* const state = new State();
+  static State* const state = [] {
+    auto* s = new State();
+    g_state.store(s, std::memory_order_release);
+    return s;
+  }();
   return *state;
 }
+
+State* State::existing() { return g_state.load(std::memory_order_acquire); }
 
 // ---------------------------------------------------------------------------
 // Lifecycle.

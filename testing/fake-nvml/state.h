@@ -93,6 +93,8 @@ class State {
   // The process-wide instance. It is never destroyed, so that a thread still
   // inside an NVML call at exit cannot touch a destroyed mutex.
   static State& instance();
+  // The instance if instance() was ever called, else null; never creates it.
+  static State* existing();
 
   State(const State&) = delete;
   State& operator=(const State&) = delete;

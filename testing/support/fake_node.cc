@@ -5,7 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <signal.h>
+
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <cstdlib>
 
@@ -50,6 +55,53 @@ CommandResult RunCommand(const std::vector<std::string>& argv) {
   waitpid(pid, &status, 0);
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return res;
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+  static std::atomic<int> counter{0};
+  log_path_ = ::testing::TempDir() + "/child-" + std::to_string(getpid()) + "-" +
+              std::to_string(counter++) + ".log";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path_.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
+  posix_spawn_file_actions_destroy(&actions);
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && exit_code_ < 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  unlink(log_path_.c_str());
+}
+
+bool ChildProcess::Signal(int sig) const { return pid_ > 0 && kill(pid_, sig) == 0; }
+
+int ChildProcess::Wait(int timeout_ms) {
+  if (exit_code_ >= 0) return exit_code_;
+  for (int waited = 0; waited <= timeout_ms; waited += 5) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return exit_code_;
+    }
+    usleep(5000);
+  }
+  return -1;
+}
+
+std::string ChildProcess::Output() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 FakeNode::FakeNode(const std::string& profile) {

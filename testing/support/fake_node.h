@@ -27,6 +27,27 @@ struct CommandResult {
 // Runs argv[0] with the arguments, waits, and returns its output.
 CommandResult RunCommand(const std::vector<std::string>& argv);
 
+// A child process run in the background with its output captured in a file.
+class ChildProcess {
+ public:
+  // Starts argv[0] with the arguments and the current environment.
+  explicit ChildProcess(const std::vector<std::string>& argv);
+  ~ChildProcess();  // SIGKILL + wait if still running
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  int pid() const { return pid_; }
+  bool Signal(int sig) const;
+  // Waits up to `timeout_ms` for exit; the exit code, or -1 on timeout.
+  int Wait(int timeout_ms);
+  std::string Output() const;  // everything written to stdout and stderr so far
+
+ private:
+  int pid_ = -1;
+  int exit_code_ = -1;
+  std::string log_path_;
+};
+
 class FakeNode {
  public:
   // `profile`: a profile name under testing/fake-nvml/profiles or a path.

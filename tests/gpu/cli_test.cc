@@ -49,7 +49,7 @@ TEST(CliTest, UnknownFlagIsUsageError) {
 TEST(CliTest, BadLogLevelIsUsageError) {
   auto r = RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--log-level", "loud", "gpus"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.out, HasSubstr("unknown log level 'loud'"));
+  EXPECT_THAT(r.out, HasSubstr("flag --log-level=\"loud\": invalid log level"));
 }
 
 }  // namespace

@@ -1,0 +1,121 @@
+// The yaml-cpp adapter: the only file of the config module that includes
+// yaml-cpp, and the only place its exceptions are caught.
+//
+// Thread-safety: reentrant; yaml-cpp keeps no global state we depend on.
+#include "config/yaml_tree.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <exception>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace danqing::config::internal {
+namespace {
+
+// Thrown inside the copy when a limit is exceeded; caught in ParseYaml.
+struct LimitExceeded {
+  std::string message;
+  YAML::Mark mark;
+};
+
+std::string Location(std::string_view source, const YAML::Mark& mark) {
+  std::string out(source);
+  if (mark.line >= 0) {
+    out += ':' + std::to_string(mark.line + 1) + ':' + std::to_string(mark.column + 1);
+  }
+  return out;
+}
+
+class Copier {
+ public:
+  YamlNode Copy(const YAML::Node& in, int depth) {
+    if (++nodes_ > kMaxYamlNodes) {
+      throw LimitExceeded{"document has more than " + std::to_string(kMaxYamlNodes) +
+                              " nodes (after expanding aliases)",
+                          in.Mark()};
+    }
+    if (depth > kMaxYamlDepth) {
+      throw LimitExceeded{"nesting deeper than " + std::to_string(kMaxYamlDepth) + " levels",
+                          in.Mark()};
+    }
+    YamlNode out;
+    const YAML::Mark mark = in.Mark();
+    if (mark.line >= 0) {
+      out.line = mark.line + 1;
+      out.column = mark.column + 1;
+    }
+    switch (in.Type()) {
+      case YAML::NodeType::Undefined:
+      case YAML::NodeType::Null: out.kind = YamlNode::Kind::kNull; break;
+      case YAML::NodeType::Scalar:
+        out.kind = YamlNode::Kind::kScalar;
+        out.scalar = in.Scalar();
+        // yaml-cpp tags plain scalars "?" and quoted ones "!"; anything else
+        // is an explicit tag, which we treat like quoting (a string).
+        out.plain = in.Tag() == "?";
+        break;
+      case YAML::NodeType::Sequence:
+        out.kind = YamlNode::Kind::kSequence;
+        out.items.reserve(in.size());
+        for (const YAML::Node& item : in) out.items.push_back(Copy(item, depth + 1));
+        break;
+      case YAML::NodeType::Map:
+        out.kind = YamlNode::Kind::kMapping;
+        out.entries.reserve(in.size());
+        for (auto it = in.begin(); it != in.end(); ++it) {
+          YamlEntry entry{Copy(it->first, depth + 1), Copy(it->second, depth + 1)};
+          // A null value (`key:`) has its mark at the next token, often on a
+          // later line; point at the key instead.
+          if (entry.value.is_null()) {
+            entry.value.line = entry.key.line;
+            entry.value.column = entry.key.column;
+          }
+          out.entries.push_back(std::move(entry));
+        }
+        break;
+    }
+    return out;
+  }
+
+ private:
+  std::size_t nodes_ = 0;
+};
+
+}  // namespace
+
+Result<YamlNode> ParseYaml(std::string_view text, std::string_view source) {
+  if (text.size() > kMaxYamlBytes) {
+    return InvalidArgument(std::string(source) + ": file is larger than " +
+                           std::to_string(kMaxYamlBytes) + " bytes");
+  }
+  try {
+    // Empty documents (a stray `---`) are skipped; more than one non-empty
+    // document is an error.
+    std::vector<YAML::Node> docs;
+    for (YAML::Node& doc : YAML::LoadAll(std::string(text))) {
+      if (!doc.IsNull()) docs.push_back(std::move(doc));
+    }
+    if (docs.empty()) return YamlNode{};
+    if (docs.size() > 1) {
+      return InvalidArgument(Location(source, docs[1].Mark()) +
+                             ": more than one YAML document; a config file holds one");
+    }
+    Copier copier;
+    return copier.Copy(docs[0], 0);
+  } catch (const LimitExceeded& e) {
+    return InvalidArgument(Location(source, e.mark) + ": " + e.message);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(Location(source, e.mark) + ": malformed YAML: " + e.msg);
+  } catch (const std::bad_alloc&) {
+    return InvalidArgument(std::string(source) + ": out of memory while parsing YAML");
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string(source) + ": malformed YAML: " + e.what());
+  } catch (...) {
+    return Internal(std::string(source) + ": unexpected exception while parsing YAML");
+  }
+}
+
+}  // namespace danqing::config::internal

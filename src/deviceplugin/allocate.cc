@@ -1,0 +1,226 @@
+#include "deviceplugin/allocate.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace danqing::deviceplugin {
+namespace {
+
+std::string JoinPath(const std::string& root, std::string_view path) {
+  if (root.empty() || root == "/") return std::string(path);
+  std::string out = root;
+  if (out.back() == '/') out.pop_back();
+  return out + std::string(path);
+}
+
+// FNV-1a, for a short stable annotation key from a container's device list.
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+// The device nodes one device needs, container path = host path under dev_root.
+std::vector<std::string> DeviceNodes(const Device& d, const MigCapMinors& caps) {
+  std::vector<std::string> nodes;
+  if (d.minor) nodes.push_back("/dev/nvidia" + std::to_string(*d.minor));
+  if (d.gpu_instance_id && d.minor) {
+    const std::string gpu = "gpu" + std::to_string(*d.minor);
+    const std::string gi = gpu + "/gi" + std::to_string(*d.gpu_instance_id);
+    for (const std::string& key :
+         {gi + "/access", gi + "/ci" + std::to_string(d.compute_instance_id.value_or(0)) + "/access"}) {
+      if (auto it = caps.find(key); it != caps.end()) {
+        nodes.push_back("/dev/nvidia-caps/nvidia-cap" + std::to_string(it->second));
+      }
+    }
+  }
+  return nodes;
+}
+
+const std::vector<std::string>& ControlNodes() {
+  static const std::vector<std::string> kNodes = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                                  "/dev/nvidia-uvm-tools"};
+  return kNodes;
+}
+
+bool Has(const AllocateOptions& o, DeviceListStrategy s) {
+  return std::find(o.device_list_strategies.begin(), o.device_list_strategies.end(), s) !=
+         o.device_list_strategies.end();
+}
+
+}  // namespace
+
+Result<MigCapMinors> ParseMigCapMinors(std::string_view text) {
+  MigCapMinors out;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    std::istringstream ls(line);
+    std::string key;
+    long long minor = -1;
+    if (!(ls >> key >> minor) || minor < 0 || minor > 0xFFFFF) {
+      return InvalidArgument("mig-minors line " + std::to_string(n) + ": expected '<path> <minor>', got '" +
+                             line + "'");
+    }
+    out[key] = static_cast<uint32_t>(minor);
+  }
+  return out;
+}
+
+Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
+    const Resource& resource, const std::vector<std::string>& ids, const AllocateOptions& options) {
+  if (ids.empty()) {
+    return InvalidArgument("Allocate for " + resource.name + " named no devices");
+  }
+  if (resource.fail_requests_greater_than_one && ids.size() > 1) {
+    return InvalidArgument("Allocate for " + resource.name + " asked for " + std::to_string(ids.size()) +
+                           " devices; this shared resource allows 1 per container "
+                           "(failRequestsGreaterThanOne)");
+  }
+  std::vector<const Device*> devices;
+  std::set<std::string> seen;
+  for (const auto& id : ids) {
+    const Device* d = resource.Find(id);
+    if (d == nullptr) {
+      return InvalidArgument("Allocate for " + resource.name + ": unknown device ID '" + id + "'");
+    }
+    if (!d->healthy) {
+      return InvalidArgument("Allocate for " + resource.name + ": device '" + id + "' is unhealthy (" +
+                             d->unhealthy_reason + ")");
+    }
+    if (seen.insert(id).second) devices.push_back(d);
+  }
+
+  // What the runtime identifies: the GPU/MIG device, once even if several
+  // replicas of it were given.
+  std::vector<const Device*> targets;
+  std::set<std::string> target_uuids;
+  for (const Device* d : devices) {
+    if (target_uuids.insert(d->device_uuid).second) targets.push_back(d);
+  }
+  std::string visible;
+  for (const Device* d : targets) {
+    if (!visible.empty()) visible += ',';
+    visible += options.device_id_strategy == DeviceIdStrategy::kIndex ? d->index : d->device_uuid;
+  }
+
+  v1beta1::ContainerAllocateResponse resp;
+  auto& envs = *resp.mutable_envs();
+  if (Has(options, DeviceListStrategy::kEnvvar)) envs[std::string(kVisibleDevicesEnv)] = visible;
+  if (Has(options, DeviceListStrategy::kVolumeMounts)) {
+    envs[std::string(kVisibleDevicesEnv)] = std::string(kVolumeMountDir);
+    for (const Device* d : targets) {
+      auto* m = resp.add_mounts();
+      m->set_host_path("/dev/null");
+      m->set_container_path(std::string(kVolumeMountDir) + "/" +
+                            (options.device_id_strategy == DeviceIdStrategy::kIndex ? d->index
+                                                                                    : d->device_uuid));
+      m->set_read_only(true);
+    }
+  }
+  if (Has(options, DeviceListStrategy::kCdiAnnotations) || Has(options, DeviceListStrategy::kCdiCri)) {
+    std::string joined;
+    for (const Device* d : targets) {
+      const std::string name = options.cdi_kind + "=" + d->device_uuid;
+      if (Has(options, DeviceListStrategy::kCdiCri)) resp.add_cdi_devices()->set_name(name);
+      if (!joined.empty()) joined += ',';
+      joined += name;
+    }
+    if (Has(options, DeviceListStrategy::kCdiAnnotations)) {
+      char key[32];
+      std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(Fnv1a(joined)));
+      (*resp.mutable_annotations())[options.cdi_annotation_prefix + "danqing-device-plugin_" + key] = joined;
+    }
+  }
+  if (options.pass_device_specs) {
+    std::set<std::string> added;
+    auto add = [&](const std::string& path) {
+      if (!added.insert(path).second) return;
+      auto* spec = resp.add_devices();
+      spec->set_container_path(path);
+      spec->set_host_path(JoinPath(options.dev_root, path));
+      spec->set_permissions("rw");
+    };
+    for (const auto& n : ControlNodes()) add(n);
+    for (const Device* d : targets) {
+      for (const auto& n : DeviceNodes(*d, options.mig_cap_minors)) add(n);
+    }
+  }
+  return resp;
+}
+
+Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root, const AllocateOptions& options) {
+  const auto slash = options.cdi_kind.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == options.cdi_kind.size()) {
+    return InvalidArgument("CDI kind '" + options.cdi_kind + "' is not vendor/class");
+  }
+  nlohmann::json devices = nlohmann::json::array();
+  std::set<std::string> done;
+  for (const auto& r : set.resources) {
+    for (const auto& d : r.devices) {
+      if (!done.insert(d.device_uuid).second) continue;
+      nlohmann::json nodes = nlohmann::json::array();
+      for (const auto& n : DeviceNodes(d, options.mig_cap_minors)) {
+        nodes.push_back({{"path", n}, {"hostPath", JoinPath(options.dev_root, n)}});
+      }
+      devices.push_back({{"name", d.device_uuid},
+                         {"containerEdits",
+                          {{"env", {std::string(kVisibleDevicesEnv) + "=" + d.device_uuid}},
+                           {"deviceNodes", std::move(nodes)}}}});
+    }
+  }
+  nlohmann::json control = nlohmann::json::array();
+  for (const auto& n : ControlNodes()) {
+    control.push_back({{"path", n}, {"hostPath", JoinPath(options.dev_root, n)}});
+  }
+  const nlohmann::json spec = {{"cdiVersion", "0.6.0"},
+                               {"kind", options.cdi_kind},
+                               {"devices", std::move(devices)},
+                               {"containerEdits", {{"deviceNodes", std::move(control)}}}};
+  std::string file_name = options.cdi_kind;
+  file_name[slash] = '-';
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(cdi_root, ec);
+  if (ec) return Unavailable("cannot create CDI directory " + cdi_root + ": " + ec.message());
+  const std::string final_path = cdi_root + "/" + file_name + ".json";
+  const std::string tmp_path = final_path + ".tmp." + std::to_string(getpid());
+  const std::string body = spec.dump(2) + "\n";
+  int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Unavailable("cannot write " + tmp_path + ": " + std::strerror(errno));
+  size_t off = 0;
+  while (off < body.size()) {
+    ssize_t n = ::write(fd, body.data() + off, body.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp_path.c_str());
+      return Unavailable("cannot write " + tmp_path + ": " + why);
+    }
+    off += static_cast<size_t>(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp_path.c_str());
+    return Unavailable("cannot rename " + tmp_path + " to " + final_path + ": " + why);
+  }
+  return Status::Ok();
+}
+
+}  // namespace danqing::deviceplugin

@@ -1,0 +1,53 @@
+// Allocate: turns the kubelet's device IDs for one container into what the
+// container runtime needs — NVIDIA_VISIBLE_DEVICES, device nodes, volume-mount
+// markers, CDI device names or annotations — following NVIDIA's conventions
+// (deviceListStrategy, deviceIDStrategy, passDeviceSpecs), and writes the CDI
+// spec those names refer to.
+//
+// Thread-safety: pure functions, except WriteCdiSpec (file I/O; atomic rename).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "deviceplugin/resource.h"
+#include "deviceplugin/v1beta1/api.pb.h"
+
+namespace danqing::deviceplugin {
+
+using DeviceListStrategy = config::DeviceListStrategy;
+
+// /proc/driver/nvidia-caps/mig-minors: "gpu0/gi1/ci0/access 13" → minor of
+// /dev/nvidia-caps/nvidia-cap13.
+using MigCapMinors = std::map<std::string, uint32_t>;
+Result<MigCapMinors> ParseMigCapMinors(std::string_view text);
+
+struct AllocateOptions {
+  std::vector<DeviceListStrategy> device_list_strategies{DeviceListStrategy::kEnvvar};
+  DeviceIdStrategy device_id_strategy = DeviceIdStrategy::kUuid;
+  bool pass_device_specs = false;
+  std::string dev_root = "/";                  // host root under which /dev/nvidia* live
+  std::string cdi_annotation_prefix = "cdi.k8s.io/";
+  std::string cdi_kind = "k8s.device-plugin.danqing.io/gpu";
+  MigCapMinors mig_cap_minors;                 // for MIG device nodes; empty = none known
+
+  bool operator==(const AllocateOptions&) const = default;
+};
+
+inline constexpr std::string_view kVisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES";
+inline constexpr std::string_view kVolumeMountDir = "/var/run/nvidia-container-devices";
+
+// Validates `ids` against `resource` and builds one container's response.
+// INVALID_ARGUMENT, naming the ID and the resource, for: no IDs, an unknown
+// ID, an unhealthy device, or more than one ID where the resource allows one.
+Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
+    const Resource& resource, const std::vector<std::string>& ids, const AllocateOptions& options);
+
+// Writes the CDI spec for every device of `set` to
+// <cdi_root>/<vendor>-<class>.json (temp file + fsync + rename).
+Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root,
+                    const AllocateOptions& options);
+
+}  // namespace danqing::deviceplugin

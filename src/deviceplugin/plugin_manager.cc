@@ -1,0 +1,320 @@
+#include "deviceplugin/plugin_manager.h"
+
+#include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+
+namespace danqing::deviceplugin {
+
+using Clock = std::chrono::steady_clock;
+
+struct PluginManager::Entry {
+  std::string resource;
+  std::string socket_name;
+  std::string socket_path;
+  std::unique_ptr<PluginServer> server;
+  bool registered = false;
+  uint64_t registrations = 0;
+  std::optional<Clock::time_point> last_registered;
+  std::string last_error;
+  std::chrono::milliseconds backoff{0};
+  std::optional<Clock::time_point> retry_at;  // next registration attempt; none = not due
+};
+
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool UsesCdi(const AllocateOptions& o) {
+  return std::any_of(o.device_list_strategies.begin(), o.device_list_strategies.end(), [](auto s) {
+    return s == DeviceListStrategy::kCdiAnnotations || s == DeviceListStrategy::kCdiCri;
+  });
+}
+
+}  // namespace
+
+PluginManager::PluginManager(ManagerOptions options) : options_(std::move(options)) {}
+
+PluginManager::~PluginManager() { Stop(); }
+
+Status PluginManager::Start(std::shared_ptr<const ResourceSet> set) {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.plugin_dir, ec);
+  if (ec) return Unavailable("cannot create plugin directory " + options_.plugin_dir + ": " + ec.message());
+  inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (inotify_fd_ < 0 || wake_fd_ < 0) return Unavailable(std::string("inotify/eventfd: ") + std::strerror(errno));
+  if (::inotify_add_watch(inotify_fd_, options_.plugin_dir.c_str(),
+                          IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0) {
+    return Unavailable("cannot watch " + options_.plugin_dir + ": " + std::strerror(errno));
+  }
+  Apply(set);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [name, e] : entries_) {
+      if (!e->server) return Unavailable("cannot serve " + name + ": " + e->last_error);
+    }
+  }
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+void PluginManager::Update(std::shared_ptr<const ResourceSet> set) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pending_ = std::move(set);
+  }
+  Wake();
+}
+
+void PluginManager::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  Wake();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [name, e] : entries_) {
+    if (e->server) e->server->Shutdown();
+  }
+  entries_.clear();
+  if (inotify_fd_ >= 0) ::close(inotify_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  inotify_fd_ = wake_fd_ = -1;
+}
+
+void PluginManager::Wake() {
+  if (wake_fd_ < 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+}
+
+std::vector<ResourceStatus> PluginManager::Statuses() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<ResourceStatus> out;
+  for (const auto& [name, e] : entries_) {
+    ResourceStatus s;
+    s.resource = name;
+    s.socket_path = e->socket_path;
+    s.serving = e->server && e->server->serving();
+    s.registered = e->registered;
+    s.registrations = e->registrations;
+    s.last_registered = e->last_registered;
+    s.last_error = e->last_error;
+    if (e->server) s.stats = e->server->stats();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Caller holds no lock; takes mu_ for the structure.
+void PluginManager::Apply(const std::shared_ptr<const ResourceSet>& set) {
+  std::lock_guard<std::mutex> l(mu_);
+  current_ = set;
+  for (const auto& r : set->resources) {
+    auto it = entries_.find(r.name);
+    if (it == entries_.end()) {
+      auto e = std::make_unique<Entry>();
+      e->resource = r.name;
+      e->socket_name = SocketNameFor(r.name);
+      e->socket_path = options_.plugin_dir + "/" + e->socket_name;
+      e->backoff = options_.initial_backoff;
+      Serve(*e);
+      entries_[r.name] = std::move(e);
+    } else if (it->second->server) {
+      it->second->server->Update(set);
+    }
+  }
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (set->Find(it->first) == nullptr) {
+      spdlog::info("plugin: resource={} no longer advertised; stopping its server", it->first);
+      if (it->second->server) it->second->server->Shutdown();
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  WriteCdi(*set);
+}
+
+// Caller holds mu_.
+void PluginManager::Serve(Entry& e) {
+  if (e.server) e.server->Shutdown();
+  e.registered = false;
+  auto server = std::make_unique<PluginServer>(e.resource, e.socket_path, options_.allocate);
+  if (Status st = server->Start(current_); !st.ok()) {
+    e.last_error = st.message();
+    spdlog::error("plugin: resource={} cannot serve: {}", e.resource, st.message());
+    e.server.reset();
+    e.retry_at = Clock::now() + e.backoff;
+    e.backoff = std::min(e.backoff * 2, options_.max_backoff);
+    return;
+  }
+  e.server = std::move(server);
+  e.retry_at = Clock::now();
+}
+
+// Caller holds no lock.
+void PluginManager::TryRegister(Entry& e) {
+  const std::string kubelet = options_.plugin_dir + "/" + options_.kubelet_socket_name;
+  v1beta1::RegisterRequest req;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!e.server) Serve(e);
+    if (!e.server) return;
+    if (!Exists(kubelet)) {
+      // inotify wakes us when the kubelet creates its socket; retry slowly meanwhile.
+      e.last_error = "kubelet socket " + kubelet + " does not exist";
+      e.retry_at = Clock::now() + options_.max_backoff;
+      return;
+    }
+    req.set_version("v1beta1");
+    req.set_endpoint(e.socket_name);
+    req.set_resource_name(e.resource);
+    req.mutable_options()->set_get_preferred_allocation_available(true);
+  }
+  auto channel = grpc::CreateChannel("unix://" + kubelet, grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::Registration::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.register_timeout);
+  v1beta1::Empty resp;
+  grpc::Status st = stub->Register(&ctx, req, &resp);
+
+  std::lock_guard<std::mutex> l(mu_);
+  if (st.ok()) {
+    e.registered = true;
+    e.registrations++;
+    e.last_registered = Clock::now();
+    e.last_error.clear();
+    e.retry_at.reset();
+    e.backoff = options_.initial_backoff;
+    spdlog::info("plugin: resource={} registered with the kubelet (endpoint {})", e.resource, e.socket_name);
+  } else {
+    e.last_error = "Register: " + st.error_message();
+    e.retry_at = Clock::now() + e.backoff;
+    spdlog::warn("plugin: resource={} Register failed ({}), retry in {} ms", e.resource, st.error_message(),
+                 e.backoff.count());
+    e.backoff = std::min(e.backoff * 2, options_.max_backoff);
+  }
+}
+
+// Caller holds mu_.
+void PluginManager::RegisterAllNow() {
+  for (auto& [name, e] : entries_) {
+    e->registered = false;
+    e->retry_at = Clock::now();
+    e->backoff = options_.initial_backoff;
+  }
+}
+
+void PluginManager::HandleInotify() {
+  alignas(struct inotify_event) char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(inotify_fd_, buf, sizeof buf);
+    if (n <= 0) return;
+    std::lock_guard<std::mutex> l(mu_);
+    for (char* p = buf; p < buf + n;) {
+      auto* ev = reinterpret_cast<struct inotify_event*>(p);
+      p += sizeof(struct inotify_event) + ev->len;
+      if (ev->mask & IN_Q_OVERFLOW) {
+        spdlog::warn("plugin: inotify queue overflow; re-checking every socket");
+        for (auto& [name, e] : entries_) {
+          if (!Exists(e->socket_path)) Serve(*e);
+        }
+        RegisterAllNow();
+        continue;
+      }
+      const std::string name = ev->len > 0 ? ev->name : "";
+      if (name == options_.kubelet_socket_name) {
+        if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
+          spdlog::info("plugin: kubelet socket created; registering every resource");
+          for (auto& [rname, e] : entries_) {
+            if (!Exists(e->socket_path)) Serve(*e);
+          }
+          RegisterAllNow();
+        } else {
+          for (auto& [rname, e] : entries_) e->registered = false;
+        }
+        continue;
+      }
+      if (!(ev->mask & (IN_DELETE | IN_MOVED_FROM))) continue;
+      for (auto& [rname, e] : entries_) {
+        if (e->socket_name == name && !Exists(e->socket_path)) {
+          spdlog::info("plugin: resource={} socket {} was removed; serving again", rname, e->socket_path);
+          Serve(*e);
+        }
+      }
+    }
+  }
+}
+
+void PluginManager::WriteCdi(const ResourceSet& set) {
+  if (options_.cdi_root.empty() || !UsesCdi(options_.allocate)) return;
+  if (Status st = WriteCdiSpec(set, options_.cdi_root, options_.allocate); !st.ok()) {
+    spdlog::error("plugin: writing the CDI spec failed: {}", st.ToString());
+  }
+}
+
+void PluginManager::Run() {
+  for (;;) {
+    std::shared_ptr<const ResourceSet> pending;
+    int timeout_ms = -1;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stopping_) return;
+      pending = std::move(pending_);
+      pending_.reset();
+    }
+    if (pending) Apply(pending);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      const auto now = Clock::now();
+      for (const auto& [name, e] : entries_) {
+        if (!e->retry_at) continue;
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*e->retry_at - now).count();
+        ms = std::max<int64_t>(ms, 0);
+        timeout_ms = timeout_ms < 0 ? static_cast<int>(ms) : std::min(timeout_ms, static_cast<int>(ms));
+      }
+    }
+    struct pollfd fds[2] = {{inotify_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    int rc = ::poll(fds, 2, timeout_ms);
+    if (rc < 0 && errno != EINTR) {
+      spdlog::error("plugin: poll failed: {}", std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (rc > 0 && (fds[1].revents & POLLIN)) {
+      uint64_t v = 0;
+      [[maybe_unused]] ssize_t n = ::read(wake_fd_, &v, sizeof v);
+    }
+    if (rc > 0 && (fds[0].revents & POLLIN)) HandleInotify();
+
+    std::vector<Entry*> due;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stopping_) return;
+      const auto now = Clock::now();
+      for (auto& [name, e] : entries_) {
+        if (e->retry_at && *e->retry_at <= now) due.push_back(e.get());
+      }
+    }
+    for (Entry* e : due) TryRegister(*e);
+  }
+}
+
+}  // namespace danqing::deviceplugin

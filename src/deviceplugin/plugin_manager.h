@@ -1,0 +1,102 @@
+// PluginManager: keeps every advertised resource served and registered with
+// the kubelet, through kubelet restarts, socket deletions and reloads.
+//
+// Lifecycle of each resource, run on the manager's own thread:
+//   remove a stale socket → serve → check the socket answers → Register
+//   (version v1beta1, endpoint = socket file name) → the kubelet streams
+//   ListAndWatch.
+// The plugin directory is watched with inotify: when kubelet.sock is
+// (re)created, every resource registers again at once; when a resource's own
+// socket is deleted (the kubelet does this when it restarts), that server is
+// restarted and registers again. While the kubelet is absent, registration is
+// retried with capped exponential backoff. No fixed polling interval.
+//
+// Thread-safety: all public methods may be called from any thread; work is
+// handed to the manager thread through a queue (commands) and an eventfd.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "deviceplugin/allocate.h"
+#include "deviceplugin/plugin_server.h"
+#include "deviceplugin/resource.h"
+
+namespace danqing::deviceplugin {
+
+struct ManagerOptions {
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  std::string kubelet_socket_name = "kubelet.sock";
+  AllocateOptions allocate;
+  std::string cdi_root;  // write the CDI spec here when a cdi-* strategy is on; empty = never
+  std::chrono::milliseconds register_timeout{10'000};
+  std::chrono::milliseconds initial_backoff{10};
+  std::chrono::milliseconds max_backoff{5'000};
+
+  bool operator==(const ManagerOptions&) const = default;
+};
+
+struct ResourceStatus {
+  std::string resource;
+  std::string socket_path;
+  bool serving = false;
+  bool registered = false;
+  uint64_t registrations = 0;  // successful Register calls over the manager's life
+  std::optional<std::chrono::steady_clock::time_point> last_registered;
+  std::string last_error;
+  ServerStats stats;
+};
+
+class PluginManager {
+ public:
+  explicit PluginManager(ManagerOptions options);
+  ~PluginManager();  // Stop()
+  PluginManager(const PluginManager&) = delete;
+  PluginManager& operator=(const PluginManager&) = delete;
+
+  // Starts the manager thread and serves `set`. Returns once every resource is
+  // serving on its socket (registration proceeds in the background). Errors:
+  // UNAVAILABLE when the directory cannot be watched or a socket not served.
+  Status Start(std::shared_ptr<const ResourceSet> set);
+
+  // Publishes a new snapshot (health change, reload). Resources that appear
+  // are served and registered; resources that disappear stop being served.
+  void Update(std::shared_ptr<const ResourceSet> set);
+
+  // Stops every server, removes the sockets, joins the thread. Idempotent.
+  void Stop();
+
+  std::vector<ResourceStatus> Statuses() const;
+
+ private:
+  struct Entry;
+  void Run();
+  void Wake();
+  void Apply(const std::shared_ptr<const ResourceSet>& set);
+  void Serve(Entry& e);
+  void TryRegister(Entry& e);
+  void RegisterAllNow();
+  void HandleInotify();
+  void WriteCdi(const ResourceSet& set);
+
+  const ManagerOptions options_;
+  int inotify_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  bool stopping_ = false;                                   // guarded by mu_
+  std::shared_ptr<const ResourceSet> pending_;              // guarded by mu_: set to apply
+  std::map<std::string, std::unique_ptr<Entry>> entries_;   // guarded by mu_ (structure); entries
+                                                            // themselves are touched by the thread
+  std::shared_ptr<const ResourceSet> current_;              // manager thread only
+};
+
+}  // namespace danqing::deviceplugin

@@ -1,0 +1,78 @@
+// PluginServer: the kubelet-facing gRPC server of one advertised resource
+// (device plugin API v1beta1) on its own unix socket.
+//
+// Built on gRPC's callback API: unary reactors for GetDevicePluginOptions,
+// GetPreferredAllocation, Allocate and PreStartContainer, and one long-lived
+// write reactor per ListAndWatch stream. Every stream message carries the
+// full device list (the kubelet replaces its view with each one); Update()
+// bumps a version and every open stream sends the newest list as soon as its
+// previous write completes, so bursts of changes coalesce.
+//
+// Thread-safety: Start/Shutdown from one thread (the manager's); Update and
+// the accessors from any thread. RPC handlers run on gRPC's threads and read
+// the current ResourceSet snapshot (shared_ptr<const>, swapped under a mutex).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "deviceplugin/allocate.h"
+#include "deviceplugin/resource.h"
+
+namespace grpc {
+class Server;
+class Service;
+}  // namespace grpc
+
+namespace danqing::deviceplugin {
+
+struct ServerStats {
+  uint64_t allocate_calls = 0;
+  uint64_t allocate_errors = 0;
+  uint64_t preferred_calls = 0;
+  uint64_t list_and_watch_streams = 0;  // opened over the server's life
+  uint64_t list_and_watch_sends = 0;
+};
+
+class PluginServer {
+ public:
+  PluginServer(std::string resource, std::string socket_path, AllocateOptions options);
+  ~PluginServer();  // Shutdown()
+  PluginServer(const PluginServer&) = delete;
+  PluginServer& operator=(const PluginServer&) = delete;
+
+  // Removes a stale socket file, serves on the socket, and checks that the
+  // socket answers GetDevicePluginOptions. UNAVAILABLE on failure.
+  Status Start(std::shared_ptr<const ResourceSet> set);
+
+  // Ends every stream, stops serving and removes the socket. Idempotent.
+  void Shutdown();
+
+  // Publishes a new snapshot to every ListAndWatch stream.
+  void Update(std::shared_ptr<const ResourceSet> set);
+
+  const std::string& resource() const { return resource_; }
+  const std::string& socket_path() const { return socket_path_; }
+  bool serving() const;
+  ServerStats stats() const;
+
+  class Hub;  // shared state between the server and its RPC reactors
+
+ private:
+  std::shared_ptr<Hub> hub() const;
+
+  std::string resource_;
+  std::string socket_path_;
+  mutable std::mutex hub_mu_;
+  std::shared_ptr<Hub> hub_;  // guarded by hub_mu_; replaced on each Shutdown
+  std::unique_ptr<grpc::Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// The socket file name for a resource: "danqing-nvidia.com-gpu.sock".
+std::string SocketNameFor(std::string_view resource);
+
+}  // namespace danqing::deviceplugin

@@ -1,0 +1,237 @@
+#include "deviceplugin/resource.h"
+
+#include <algorithm>
+#include <set>
+
+namespace danqing::deviceplugin {
+namespace {
+
+Device WholeGpu(const gpu::Gpu& g, int position) {
+  Device d;
+  d.id = g.uuid;
+  d.device_uuid = g.uuid;
+  d.gpu_uuid = g.uuid;
+  d.index = std::to_string(g.index);
+  d.gpu_position = position;
+  d.numa_node = g.numa_node;
+  d.minor = g.minor_number;
+  return d;
+}
+
+Device MigPart(const gpu::Gpu& g, const gpu::MigDevice& m, int position) {
+  Device d;
+  d.id = m.uuid;
+  d.device_uuid = m.uuid;
+  d.gpu_uuid = g.uuid;
+  d.index = std::to_string(g.index) + ":" + std::to_string(m.index);
+  d.gpu_position = position;
+  d.numa_node = g.numa_node;
+  d.minor = g.minor_number;
+  d.gpu_instance_id = m.gpu_instance_id;
+  d.compute_instance_id = m.compute_instance_id;
+  return d;
+}
+
+Resource& ResourceNamed(std::vector<Resource>& out, const std::string& name) {
+  for (auto& r : out) {
+    if (r.name == name) return r;
+  }
+  out.push_back(Resource{name, {}, 1, false});
+  return out.back();
+}
+
+// Places every GPU or MIG device under its resource according to the MIG strategy.
+Status PlaceDevices(const gpu::NodeInventory& inv, MigStrategy strategy, std::vector<Resource>& out,
+                    std::vector<std::string>& warnings) {
+  const std::string gpu_name(kDefaultResource);
+  switch (strategy) {
+    case MigStrategy::kNone:
+      for (size_t p = 0; p < inv.gpus.size(); ++p) {
+        const auto& g = inv.gpus[p];
+        if (g.mig_mode == gpu::MigMode::kEnabled) {
+          warnings.push_back("GPU " + std::to_string(g.index) + " (" + g.uuid +
+                             ") has MIG enabled; migStrategy none advertises it whole and hides "
+                             "its MIG devices");
+        }
+        ResourceNamed(out, gpu_name).devices.push_back(WholeGpu(g, static_cast<int>(p)));
+      }
+      return Status::Ok();
+    case MigStrategy::kSingle: {
+      // All GPUs must agree: either none has MIG enabled (whole GPUs are
+      // advertised), or all have it enabled with one MIG profile.
+      std::set<std::string> profiles;
+      size_t enabled = 0;
+      for (const auto& g : inv.gpus) {
+        if (g.mig_mode != gpu::MigMode::kEnabled) continue;
+        ++enabled;
+        for (const auto& m : g.mig_devices) profiles.insert(m.profile);
+      }
+      if (enabled == 0) {
+        return PlaceDevices(inv, MigStrategy::kNone, out, warnings);
+      }
+      if (enabled != inv.gpus.size()) {
+        return InvalidArgument("migStrategy single needs MIG enabled on all GPUs or on none; " +
+                               std::to_string(enabled) + " of " + std::to_string(inv.gpus.size()) +
+                               " have it (use migStrategy mixed for a mix)");
+      }
+      if (profiles.size() > 1) {
+        std::string list;
+        for (const auto& p : profiles) list += (list.empty() ? "" : ", ") + p;
+        return InvalidArgument("migStrategy single needs one MIG profile on every GPU; found " + list +
+                               " (use migStrategy mixed)");
+      }
+      Resource& r = ResourceNamed(out, gpu_name);
+      for (size_t p = 0; p < inv.gpus.size(); ++p) {
+        for (const auto& m : inv.gpus[p].mig_devices) {
+          r.devices.push_back(MigPart(inv.gpus[p], m, static_cast<int>(p)));
+        }
+      }
+      if (r.devices.empty()) {
+        warnings.push_back("migStrategy single: MIG is enabled but no MIG devices exist; advertising 0 " +
+                           gpu_name);
+      }
+      return Status::Ok();
+    }
+    case MigStrategy::kMixed:
+      for (size_t p = 0; p < inv.gpus.size(); ++p) {
+        const auto& g = inv.gpus[p];
+        if (g.mig_mode != gpu::MigMode::kEnabled) {
+          ResourceNamed(out, gpu_name).devices.push_back(WholeGpu(g, static_cast<int>(p)));
+          continue;
+        }
+        for (const auto& m : g.mig_devices) {
+          ResourceNamed(out, "nvidia.com/mig-" + m.profile).devices.push_back(
+              MigPart(g, m, static_cast<int>(p)));
+        }
+      }
+      return Status::Ok();
+  }
+  return Internal("unknown MIG strategy");
+}
+
+bool Selected(const Device& d, const std::vector<std::string>& selector) {
+  if (selector.empty()) return true;
+  return std::any_of(selector.begin(), selector.end(), [&](const std::string& s) {
+    return s == d.index || s == d.device_uuid || (d.index.find(':') == std::string::npos && s == d.gpu_uuid);
+  });
+}
+
+Status ApplyTimeSlicing(const ResourceOptions& opts, std::vector<Resource>& out,
+                        std::vector<std::string>& warnings) {
+  std::set<std::string> done;
+  for (const auto& ts : opts.time_slicing) {
+    if (ts.replicas < 1) {
+      return InvalidArgument("time-slicing of " + ts.name + ": replicas must be at least 1, got " +
+                             std::to_string(ts.replicas));
+    }
+    if (!done.insert(ts.name).second) {
+      return InvalidArgument("time-slicing of " + ts.name + " is configured twice");
+    }
+    auto it = std::find_if(out.begin(), out.end(), [&](const Resource& r) { return r.name == ts.name; });
+    if (it == out.end()) {
+      warnings.push_back("time-slicing names " + ts.name + ", which this node does not advertise");
+      continue;
+    }
+    // Every selector entry must name a device of this resource.
+    for (const auto& s : ts.devices) {
+      bool known = std::any_of(it->devices.begin(), it->devices.end(),
+                               [&](const Device& d) { return Selected(d, {s}); });
+      if (!known) {
+        return InvalidArgument("time-slicing of " + ts.name + ": devices entry '" + s +
+                               "' matches no device of that resource on this node");
+      }
+    }
+    std::vector<Device> shared, kept;
+    for (const auto& d : it->devices) (Selected(d, ts.devices) ? shared : kept).push_back(d);
+    std::string name = ts.rename;
+    if (name.empty()) {
+      name = opts.rename_by_default ? ts.name + ".shared" : ts.name;
+      if (!kept.empty() && name == ts.name) {
+        name = ts.name + ".shared";
+        warnings.push_back("time-slicing of " + ts.name + " selects only some devices; the shared "
+                           "ones are advertised as " + name + " so requests for " + ts.name +
+                           " still get exclusive GPUs");
+      }
+    }
+    std::vector<Device> replicas;
+    for (const auto& d : shared) {
+      for (int k = 0; k < ts.replicas; ++k) {
+        Device r = d;
+        r.id = d.id + "::" + std::to_string(k);
+        r.replica = k;
+        replicas.push_back(std::move(r));
+      }
+    }
+    if (name == ts.name) {
+      it->devices = std::move(replicas);
+      it->replicas = ts.replicas;
+      it->fail_requests_greater_than_one = opts.fail_requests_greater_than_one;
+    } else {
+      it->devices = std::move(kept);
+      Resource& r = ResourceNamed(out, name);
+      r.devices.insert(r.devices.end(), replicas.begin(), replicas.end());
+      r.replicas = ts.replicas;
+      r.fail_requests_greater_than_one = opts.fail_requests_greater_than_one;
+    }
+  }
+  // A resource left with no devices (all moved to .shared) is not advertised.
+  out.erase(std::remove_if(out.begin(), out.end(), [](const Resource& r) { return r.devices.empty(); }),
+            out.end());
+  return Status::Ok();
+}
+
+std::shared_ptr<ResourceSet> WithAllocators(ResourceSet set, const gpu::Topology& topology) {
+  for (const auto& r : set.resources) {
+    std::vector<AllocatableDevice> devs;
+    devs.reserve(r.devices.size());
+    for (const auto& d : r.devices) devs.push_back({d.id, d.gpu_position});
+    set.allocators[r.name] = std::make_shared<const PreferredAllocator>(topology, std::move(devs));
+  }
+  return std::make_shared<ResourceSet>(std::move(set));
+}
+
+}  // namespace
+
+const Device* Resource::Find(std::string_view id) const {
+  for (const auto& d : devices) {
+    if (d.id == id) return &d;
+  }
+  return nullptr;
+}
+
+const Resource* ResourceSet::Find(std::string_view name) const {
+  for (const auto& r : resources) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+Result<std::shared_ptr<const ResourceSet>> BuildResources(const gpu::NodeInventory& inventory,
+                                                          const ResourceOptions& options) {
+  ResourceSet set;
+  if (Status st = PlaceDevices(inventory, options.mig_strategy, set.resources, set.warnings); !st.ok()) {
+    return st;
+  }
+  if (Status st = ApplyTimeSlicing(options, set.resources, set.warnings); !st.ok()) return st;
+  if (set.resources.empty()) {
+    // Keep advertising nvidia.com/gpu (with no devices) so the kubelet shows 0, not a stale count.
+    set.resources.push_back(Resource{std::string(kDefaultResource), {}, 1, false});
+  }
+  return std::shared_ptr<const ResourceSet>(WithAllocators(std::move(set), inventory.topology));
+}
+
+std::shared_ptr<const ResourceSet> WithHealth(const ResourceSet& set,
+                                              const std::map<std::string, std::string>& unhealthy) {
+  auto copy = std::make_shared<ResourceSet>(set);
+  for (auto& r : copy->resources) {
+    for (auto& d : r.devices) {
+      auto it = unhealthy.find(d.gpu_uuid);
+      if (it == unhealthy.end()) it = unhealthy.find(d.device_uuid);
+      d.healthy = it == unhealthy.end();
+      d.unhealthy_reason = d.healthy ? "" : it->second;
+    }
+  }
+  return copy;
+}
+
+}  // namespace danqing::deviceplugin

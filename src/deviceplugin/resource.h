@@ -1,0 +1,95 @@
+// Resources: what the node agent advertises to the kubelet, built from the GPU
+// inventory and the sharing configuration.
+//
+// A Resource is one extended resource name (nvidia.com/gpu, ...) with its
+// devices. A device is what the kubelet counts and hands out: a whole GPU, a
+// MIG device, or a time-slicing replica of either. Each device remembers the
+// physical GPU it lives on, so health and topology apply to every replica and
+// MIG device of a GPU.
+//
+// Thread-safety: values; a ResourceSet is immutable once built and shared
+// between threads through shared_ptr<const ...>.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/config.h"
+#include "deviceplugin/allocator.h"
+#include "gpu/types.h"
+
+namespace danqing::deviceplugin {
+
+inline constexpr std::string_view kHealthy = "Healthy";
+inline constexpr std::string_view kUnhealthy = "Unhealthy";
+inline constexpr std::string_view kDefaultResource = "nvidia.com/gpu";
+
+using MigStrategy = config::MigStrategy;
+using DeviceIdStrategy = config::DeviceIdStrategy;
+
+struct Device {
+  std::string id;            // advertised ID: "GPU-..", "MIG-..", or "<uuid>::<k>" for a replica
+  std::string device_uuid;   // the GPU or MIG device it gives access to
+  std::string gpu_uuid;      // the physical GPU (health propagates from it)
+  std::string index;         // NVML index form: "3", or "3:1" for a MIG device
+  int gpu_position = -1;     // position in NodeInventory::gpus (topology)
+  std::optional<int> numa_node;
+  std::optional<uint32_t> minor;                // /dev/nvidia<minor>
+  std::optional<uint32_t> gpu_instance_id;      // MIG
+  std::optional<uint32_t> compute_instance_id;  // MIG
+  int replica = -1;          // k of "<uuid>::<k>", -1 when not a replica
+  bool healthy = true;
+  std::string unhealthy_reason;
+};
+
+struct Resource {
+  std::string name;  // "nvidia.com/gpu"
+  std::vector<Device> devices;
+  int replicas = 1;  // time-slicing replicas per device (1 = exclusive)
+  bool fail_requests_greater_than_one = false;
+
+  const Device* Find(std::string_view id) const;
+};
+
+// Time-slicing of one resource (NVIDIA's sharing.timeSlicing.resources[i]).
+struct TimeSlicing {
+  std::string name;     // the resource it shares, e.g. nvidia.com/gpu
+  std::string rename;   // advertised name; empty = name (or name + ".shared" when rename_by_default)
+  int replicas = 1;
+  // Which GPUs: empty = all; else NVML indices ("0", "1:0") or UUIDs.
+  std::vector<std::string> devices;
+};
+
+struct ResourceOptions {
+  MigStrategy mig_strategy = MigStrategy::kNone;
+  std::vector<TimeSlicing> time_slicing;
+  bool rename_by_default = false;
+  bool fail_requests_greater_than_one = false;
+};
+
+// The resources of one inventory snapshot, with a topology-aware allocator
+// per resource.
+struct ResourceSet {
+  std::vector<Resource> resources;
+  std::map<std::string, std::shared_ptr<const PreferredAllocator>> allocators;  // by name
+  std::vector<std::string> warnings;  // e.g. MIG geometry that `single` cannot advertise
+
+  const Resource* Find(std::string_view name) const;
+};
+
+// Builds the advertised resources. Errors: INVALID_ARGUMENT when the options
+// cannot apply to this node (a time-slicing selector naming a GPU that does
+// not exist, a MIG strategy the hardware contradicts as NVIDIA documents).
+Result<std::shared_ptr<const ResourceSet>> BuildResources(const gpu::NodeInventory& inventory,
+                                                          const ResourceOptions& options);
+
+// A copy of `set` where every device on one of `unhealthy` GPUs (GPU UUID →
+// reason) is marked unhealthy, and all others healthy.
+std::shared_ptr<const ResourceSet> WithHealth(const ResourceSet& set,
+                                              const std::map<std::string, std::string>& unhealthy);
+
+}  // namespace danqing::deviceplugin

@@ -1,0 +1,318 @@
+// The node agent's kubelet side end to end: the fake NVML node, the resource
+// builder and the PluginManager, driven by the kubelet emulator over real
+// unix sockets.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "deviceplugin/plugin_manager.h"
+#include "deviceplugin/resource.h"
+#include "gpu/nvml_backend.h"
+#include "testing/kubelet/kubelet_emulator.h"
+#include "testing/support/fake_node.h"
+
+namespace danqing::deviceplugin {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+using danqing::testing::FakeNode;
+using danqing::testing::KubeletEmulator;
+using namespace std::chrono_literals;
+
+constexpr char kGpu[] = "nvidia.com/gpu";
+
+bool Exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+class PluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int n = 0;
+    dir_ = "/tmp/dqp-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    manager_.reset();
+    kubelet_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Loads a node profile through the fake NVML and builds its resources.
+  void LoadNode(const std::string& profile, const ResourceOptions& ropts = {}) {
+    node_ = std::make_unique<FakeNode>(profile);
+    auto b = gpu::NvmlBackend::Create(danqing::testing::FakeNvmlLibrary());
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    auto inv = (*b)->Discover();
+    ASSERT_TRUE(inv.ok()) << inv.status().ToString();
+    inventory_ = std::move(inv).value();
+    auto set = BuildResources(inventory_, ropts);
+    ASSERT_TRUE(set.ok()) << set.status().ToString();
+    set_ = std::move(set).value();
+  }
+
+  void StartKubelet() {
+    kubelet_ = std::make_unique<KubeletEmulator>(dir_);
+    ASSERT_TRUE(kubelet_->Start().ok());
+  }
+
+  void StartPlugin(ManagerOptions opts = {}) {
+    opts.plugin_dir = dir_;
+    manager_ = std::make_unique<PluginManager>(opts);
+    Status st = manager_->Start(set_);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+
+  bool WaitAllHealthy(const std::string& resource, size_t n) {
+    return kubelet_->WaitForDevices(
+        resource,
+        [n](const std::vector<v1beta1::Device>& devs) {
+          if (devs.size() != n) return false;
+          for (const auto& d : devs) {
+            if (d.health() != "Healthy") return false;
+          }
+          return true;
+        },
+        5s);
+  }
+
+  std::string dir_;
+  std::unique_ptr<FakeNode> node_;
+  gpu::NodeInventory inventory_;
+  std::shared_ptr<const ResourceSet> set_;
+  std::unique_ptr<KubeletEmulator> kubelet_;
+  std::unique_ptr<PluginManager> manager_;
+};
+
+TEST_F(PluginTest, RegistersAndAdvertisesEveryGpu) {
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  auto req = kubelet_->LastRegisterRequest(kGpu);
+  ASSERT_TRUE(req.has_value());
+  EXPECT_EQ(req->version(), "v1beta1");
+  EXPECT_EQ(req->endpoint(), "danqing-nvidia.com-gpu.sock");
+  EXPECT_TRUE(Exists(dir_ + "/danqing-nvidia.com-gpu.sock"));
+  auto opts = kubelet_->Options(kGpu);
+  ASSERT_TRUE(opts.has_value());
+  EXPECT_TRUE(opts->get_preferred_allocation_available());
+  EXPECT_FALSE(opts->pre_start_required());
+
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 8));
+  auto devs = kubelet_->Devices(kGpu);
+  for (size_t i = 0; i < devs.size(); ++i) {
+    EXPECT_EQ(devs[i].id(), inventory_.gpus[i].uuid);
+    ASSERT_EQ(devs[i].topology().nodes_size(), 1);
+    EXPECT_EQ(devs[i].topology().nodes(0).id(), i < 4 ? 0 : 1);
+  }
+}
+
+TEST_F(PluginTest, AllocateSetsVisibleDevicesAndDeviceNodes) {
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  ManagerOptions opts;
+  opts.allocate.pass_device_specs = true;
+  StartPlugin(opts);
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+
+  const std::string a = inventory_.gpus[2].uuid, b = inventory_.gpus[5].uuid;
+  auto r = kubelet_->Allocate(kGpu, {a, b});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.response.envs().at("NVIDIA_VISIBLE_DEVICES"), a + "," + b);
+  std::set<std::string> nodes;
+  for (const auto& d : r.response.devices()) {
+    nodes.insert(d.container_path());
+    EXPECT_EQ(d.permissions(), "rw");
+  }
+  EXPECT_EQ(nodes, (std::set<std::string>{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl",
+                                          "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}));
+}
+
+TEST_F(PluginTest, AllocateByIndexStrategy) {
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  ManagerOptions opts;
+  opts.allocate.device_id_strategy = DeviceIdStrategy::kIndex;
+  StartPlugin(opts);
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  auto r = kubelet_->Allocate(kGpu, {inventory_.gpus[7].uuid, inventory_.gpus[0].uuid});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.response.envs().at("NVIDIA_VISIBLE_DEVICES"), "7,0");
+  EXPECT_EQ(r.response.devices_size(), 0) << "no device specs unless passDeviceSpecs";
+}
+
+TEST_F(PluginTest, BadAllocateRequestsNameTheIdAndResource) {
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  auto unknown = kubelet_->Allocate(kGpu, {"GPU-not-on-this-node"});
+  EXPECT_EQ(unknown.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(unknown.status.error_message(), HasSubstr("GPU-not-on-this-node"));
+  EXPECT_THAT(unknown.status.error_message(), HasSubstr(kGpu));
+
+  manager_->Update(WithHealth(*set_, {{inventory_.gpus[3].uuid, "XID 79: GPU fell off the bus"}}));
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      kGpu,
+      [&](const std::vector<v1beta1::Device>& devs) {
+        return devs.size() == 8 && devs[3].health() == "Unhealthy" && devs[2].health() == "Healthy";
+      },
+      5s));
+  auto sick = kubelet_->Allocate(kGpu, {inventory_.gpus[3].uuid});
+  EXPECT_EQ(sick.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(sick.status.error_message(), HasSubstr("unhealthy"));
+  EXPECT_THAT(sick.status.error_message(), HasSubstr("XID 79"));
+
+  // Preferred allocation never offers the unhealthy GPU and never fails.
+  std::vector<std::string> all;
+  for (const auto& g : inventory_.gpus) all.push_back(g.uuid);
+  auto pref = kubelet_->GetPreferredAllocation(kGpu, all, {}, 8);
+  ASSERT_TRUE(pref.status.ok()) << pref.status.error_message();
+  EXPECT_THAT(pref.device_ids, SizeIs(7));
+  for (const auto& id : pref.device_ids) EXPECT_NE(id, inventory_.gpus[3].uuid);
+  auto missing = kubelet_->GetPreferredAllocation(kGpu, {"GPU-gone", all[0]}, {}, 2);
+  ASSERT_TRUE(missing.status.ok()) << "a vanished device must not fail admission";
+  EXPECT_EQ(missing.device_ids, (std::vector<std::string>{all[0]}));
+}
+
+TEST_F(PluginTest, PreferredAllocationIsTopologyAware) {
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  std::vector<std::string> all;
+  for (const auto& g : inventory_.gpus) all.push_back(g.uuid);
+  auto pref = kubelet_->GetPreferredAllocation(kGpu, all, {inventory_.gpus[5].uuid}, 2);
+  ASSERT_TRUE(pref.status.ok()) << pref.status.error_message();
+  ASSERT_THAT(pref.device_ids, SizeIs(2));
+  // GPU5's PCIe switch partner is GPU4 (pairs share a switch).
+  EXPECT_EQ(std::set<std::string>(pref.device_ids.begin(), pref.device_ids.end()),
+            (std::set<std::string>{inventory_.gpus[4].uuid, inventory_.gpus[5].uuid}));
+}
+
+TEST_F(PluginTest, HundredKubeletRestartsReRegisterEachTime) {
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  const int before = kubelet_->RegistrationCount(kGpu);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(kubelet_->Restart().ok()) << "restart " << i;
+    ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s)) << "no re-registration after restart " << i;
+    ASSERT_TRUE(WaitAllHealthy(kGpu, 8)) << "device list not re-sent after restart " << i;
+  }
+  EXPECT_EQ(kubelet_->RegistrationCount(kGpu), before + 100);
+  // Allocation still works on the last instance.
+  auto r = kubelet_->Allocate(kGpu, {inventory_.gpus[1].uuid});
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+}
+
+TEST_F(PluginTest, PluginRestartWhileKubeletRuns) {
+  LoadNode("t4-1x");
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  const std::string sock = dir_ + "/danqing-nvidia.com-gpu.sock";
+  manager_->Stop();
+  EXPECT_TRUE(kubelet_->WaitForStreamEnd(kGpu, 5s));
+  EXPECT_FALSE(Exists(sock)) << "Stop removes the socket";
+  manager_.reset();
+  StartPlugin();
+  EXPECT_TRUE(kubelet_->WaitForRegistrationCount(kGpu, 2, 5s));
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
+}
+
+TEST_F(PluginTest, WaitsForAnAbsentKubelet) {
+  LoadNode("t4-1x");
+  StartPlugin();  // no kubelet.sock yet
+  auto st = manager_->Statuses();
+  ASSERT_THAT(st, SizeIs(1));
+  EXPECT_TRUE(st[0].serving);
+  EXPECT_FALSE(st[0].registered);
+  StartKubelet();  // inotify sees kubelet.sock appear
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+}
+
+TEST_F(PluginTest, OwnSocketDeletedIsServedAgain) {
+  LoadNode("t4-1x");
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  const std::string sock = dir_ + "/danqing-nvidia.com-gpu.sock";
+  ASSERT_EQ(::unlink(sock.c_str()), 0);
+  ASSERT_TRUE(kubelet_->WaitForStreamEnd(kGpu, 5s));
+  EXPECT_TRUE(kubelet_->WaitForRegistrationCount(kGpu, 2, 5s));
+  EXPECT_TRUE(Exists(sock));
+}
+
+TEST_F(PluginTest, TwoResourcesServedAtOnce) {
+  ResourceOptions ropts;
+  ropts.time_slicing.push_back({"nvidia.com/gpu", "", 4, {"0", "1"}});
+  LoadNode("a100-8x-nvswitch", ropts);
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  ASSERT_TRUE(kubelet_->WaitForRegistration("nvidia.com/gpu.shared", 5s));
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 6));
+  ASSERT_TRUE(WaitAllHealthy("nvidia.com/gpu.shared", 8));
+  auto shared = kubelet_->Devices("nvidia.com/gpu.shared");
+  EXPECT_EQ(shared[0].id(), inventory_.gpus[0].uuid + "::0");
+  auto r = kubelet_->Allocate("nvidia.com/gpu.shared", {inventory_.gpus[1].uuid + "::3"});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.response.envs().at("NVIDIA_VISIBLE_DEVICES"), inventory_.gpus[1].uuid);
+}
+
+TEST_F(PluginTest, MixedMigAdvertisesOneResourcePerProfile) {
+  ResourceOptions ropts;
+  ropts.mig_strategy = MigStrategy::kMixed;
+  LoadNode("a100-mig-mixed", ropts);
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  ASSERT_TRUE(kubelet_->WaitForRegistration("nvidia.com/mig-1g.10gb", 5s));
+  ASSERT_TRUE(kubelet_->WaitForRegistration("nvidia.com/mig-2g.20gb", 5s));
+  ASSERT_TRUE(kubelet_->WaitForRegistration("nvidia.com/mig-3g.40gb", 5s));
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
+  ASSERT_TRUE(WaitAllHealthy("nvidia.com/mig-1g.10gb", 9));
+  ASSERT_TRUE(WaitAllHealthy("nvidia.com/mig-3g.40gb", 3));
+  const auto& mig = inventory_.gpus[2].mig_devices[0];
+  auto r = kubelet_->Allocate("nvidia.com/mig-3g.40gb", {mig.uuid});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.response.envs().at("NVIDIA_VISIBLE_DEVICES"), mig.uuid);
+}
+
+TEST_F(PluginTest, CdiStrategiesWriteTheSpecAndName) {
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  ManagerOptions opts;
+  opts.cdi_root = dir_ + "/cdi";
+  opts.allocate.device_list_strategies = {DeviceListStrategy::kCdiCri, DeviceListStrategy::kCdiAnnotations};
+  StartPlugin(opts);
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  const std::string spec_path = opts.cdi_root + "/k8s.device-plugin.danqing.io-gpu.json";
+  ASSERT_TRUE(Exists(spec_path));
+  std::ifstream in(spec_path);
+  auto spec = nlohmann::json::parse(in);
+  EXPECT_EQ(spec["kind"], "k8s.device-plugin.danqing.io/gpu");
+  EXPECT_EQ(spec["devices"].size(), 8u);
+  const std::string uuid = inventory_.gpus[6].uuid;
+  auto r = kubelet_->Allocate(kGpu, {uuid});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.response.cdi_devices_size(), 1);
+  EXPECT_EQ(r.response.cdi_devices(0).name(), "k8s.device-plugin.danqing.io/gpu=" + uuid);
+  ASSERT_EQ(r.response.annotations_size(), 1);
+  EXPECT_THAT(r.response.annotations().begin()->first, HasSubstr("cdi.k8s.io/danqing-device-plugin_"));
+  EXPECT_EQ(r.response.envs().count("NVIDIA_VISIBLE_DEVICES"), 0u);
+}
+
+}  // namespace
+}  // namespace danqing::deviceplugin

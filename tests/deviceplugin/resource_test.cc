@@ -1,0 +1,295 @@
+// Resource building (MIG strategies, time-slicing, health propagation) and
+// Allocate responses, on hand-built inventories.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "deviceplugin/allocate.h"
+#include "deviceplugin/resource.h"
+
+namespace danqing::deviceplugin {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+gpu::Gpu MakeGpu(int index, gpu::MigMode mig = gpu::MigMode::kDisabled) {
+  gpu::Gpu g;
+  g.index = index;
+  g.uuid = "GPU-" + std::to_string(index);
+  g.name = "NVIDIA A100-SXM4-80GB";
+  g.minor_number = static_cast<uint32_t>(index);
+  g.numa_node = index / 2;
+  g.mig_mode = mig;
+  return g;
+}
+
+gpu::MigDevice MakeMig(const gpu::Gpu& parent, int index, const std::string& profile, uint32_t gi) {
+  gpu::MigDevice m;
+  m.uuid = "MIG-" + std::to_string(parent.index) + "-" + std::to_string(index);
+  m.parent_uuid = parent.uuid;
+  m.parent_index = parent.index;
+  m.index = index;
+  m.profile = profile;
+  m.gpu_instance_id = gi;
+  m.compute_instance_id = 0;
+  return m;
+}
+
+gpu::NodeInventory Node(std::vector<gpu::Gpu> gpus) {
+  gpu::NodeInventory inv;
+  inv.gpus = std::move(gpus);
+  inv.topology = gpu::Topology(inv.gpus.size());
+  return inv;
+}
+
+std::vector<std::string> Ids(const Resource& r) {
+  std::vector<std::string> out;
+  for (const auto& d : r.devices) out.push_back(d.id);
+  return out;
+}
+
+TEST(ResourceTest, WholeGpusByDefault) {
+  auto set = BuildResources(Node({MakeGpu(0), MakeGpu(1)}), {});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_THAT((*set)->resources, SizeIs(1));
+  const Resource& r = (*set)->resources[0];
+  EXPECT_EQ(r.name, "nvidia.com/gpu");
+  EXPECT_THAT(Ids(r), ElementsAre("GPU-0", "GPU-1"));
+  EXPECT_EQ(r.devices[1].index, "1");
+  EXPECT_TRUE((*set)->allocators.count("nvidia.com/gpu"));
+}
+
+TEST(ResourceTest, EmptyNodeStillAdvertisesZero) {
+  auto set = BuildResources(Node({}), {});
+  ASSERT_TRUE(set.ok());
+  ASSERT_THAT((*set)->resources, SizeIs(1));
+  EXPECT_TRUE((*set)->resources[0].devices.empty());
+}
+
+TEST(ResourceTest, MigMixedOneResourcePerProfile) {
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
+  g0.mig_devices = {MakeMig(g0, 0, "3g.40gb", 1), MakeMig(g0, 1, "1g.10gb", 2), MakeMig(g0, 2, "1g.10gb", 3)};
+  ResourceOptions o;
+  o.mig_strategy = MigStrategy::kMixed;
+  auto set = BuildResources(Node({g0, MakeGpu(1)}), o);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  const Resource* big = (*set)->Find("nvidia.com/mig-3g.40gb");
+  const Resource* small = (*set)->Find("nvidia.com/mig-1g.10gb");
+  const Resource* whole = (*set)->Find("nvidia.com/gpu");
+  ASSERT_TRUE(big && small && whole);
+  EXPECT_THAT(Ids(*small), ElementsAre("MIG-0-1", "MIG-0-2"));
+  EXPECT_EQ(small->devices[0].index, "0:1");
+  EXPECT_EQ(small->devices[0].gpu_uuid, "GPU-0");
+  EXPECT_THAT(Ids(*whole), ElementsAre("GPU-1"));
+}
+
+TEST(ResourceTest, MigSingleUniformAdvertisesAsGpu) {
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled), g1 = MakeGpu(1, gpu::MigMode::kEnabled);
+  g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 1)};
+  g1.mig_devices = {MakeMig(g1, 0, "1g.10gb", 1), MakeMig(g1, 1, "1g.10gb", 2)};
+  ResourceOptions o;
+  o.mig_strategy = MigStrategy::kSingle;
+  auto set = BuildResources(Node({g0, g1}), o);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_THAT((*set)->resources, SizeIs(1));
+  EXPECT_EQ((*set)->resources[0].name, "nvidia.com/gpu");
+  EXPECT_THAT(Ids((*set)->resources[0]), ElementsAre("MIG-0-0", "MIG-1-0", "MIG-1-1"));
+}
+
+TEST(ResourceTest, MigSingleRejectsMixedGeometryClearly) {
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
+  g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 1), MakeMig(g0, 1, "3g.40gb", 2)};
+  ResourceOptions o;
+  o.mig_strategy = MigStrategy::kSingle;
+  auto set = BuildResources(Node({g0}), o);
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(set.status().message(), HasSubstr("1g.10gb, 3g.40gb"));
+
+  auto partial = BuildResources(Node({MakeGpu(0, gpu::MigMode::kEnabled), MakeGpu(1)}), o);
+  ASSERT_FALSE(partial.ok());
+  EXPECT_THAT(partial.status().message(), HasSubstr("1 of 2"));
+}
+
+TEST(ResourceTest, MigNoneHidesMigDevicesWithWarning) {
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
+  g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 1)};
+  auto set = BuildResources(Node({g0}), {});
+  ASSERT_TRUE(set.ok());
+  EXPECT_THAT(Ids((*set)->resources[0]), ElementsAre("GPU-0"));
+  ASSERT_THAT((*set)->warnings, SizeIs(1));
+  EXPECT_THAT((*set)->warnings[0], HasSubstr("MIG enabled"));
+}
+
+TEST(ResourceTest, TimeSlicingAllGpusKeepsTheName) {
+  ResourceOptions o;
+  o.time_slicing.push_back({"nvidia.com/gpu", "", 3, {}});
+  o.fail_requests_greater_than_one = true;
+  auto set = BuildResources(Node({MakeGpu(0), MakeGpu(1)}), o);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_THAT((*set)->resources, SizeIs(1));
+  const Resource& r = (*set)->resources[0];
+  EXPECT_EQ(r.name, "nvidia.com/gpu");
+  EXPECT_EQ(r.replicas, 3);
+  EXPECT_TRUE(r.fail_requests_greater_than_one);
+  EXPECT_THAT(Ids(r), ElementsAre("GPU-0::0", "GPU-0::1", "GPU-0::2", "GPU-1::0", "GPU-1::1", "GPU-1::2"));
+}
+
+TEST(ResourceTest, TimeSlicingRenameByDefault) {
+  ResourceOptions o;
+  o.rename_by_default = true;
+  o.time_slicing.push_back({"nvidia.com/gpu", "", 2, {}});
+  auto set = BuildResources(Node({MakeGpu(0)}), o);
+  ASSERT_TRUE(set.ok());
+  ASSERT_THAT((*set)->resources, SizeIs(1));
+  EXPECT_EQ((*set)->resources[0].name, "nvidia.com/gpu.shared");
+}
+
+TEST(ResourceTest, TimeSlicingSomeGpusSplitsResources) {
+  ResourceOptions o;
+  o.time_slicing.push_back({"nvidia.com/gpu", "", 2, {"GPU-1"}});
+  auto set = BuildResources(Node({MakeGpu(0), MakeGpu(1), MakeGpu(2)}), o);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  const Resource* whole = (*set)->Find("nvidia.com/gpu");
+  const Resource* shared = (*set)->Find("nvidia.com/gpu.shared");
+  ASSERT_TRUE(whole && shared);
+  EXPECT_THAT(Ids(*whole), ElementsAre("GPU-0", "GPU-2"));
+  EXPECT_THAT(Ids(*shared), ElementsAre("GPU-1::0", "GPU-1::1"));
+  EXPECT_FALSE((*set)->warnings.empty());
+
+  ResourceOptions named;
+  named.time_slicing.push_back({"nvidia.com/gpu", "nvidia.com/render", 4, {"0"}});
+  auto set2 = BuildResources(Node({MakeGpu(0), MakeGpu(1)}), named);
+  ASSERT_TRUE(set2.ok());
+  ASSERT_TRUE((*set2)->Find("nvidia.com/render"));
+  EXPECT_THAT((*set2)->Find("nvidia.com/render")->devices, SizeIs(4));
+}
+
+TEST(ResourceTest, TimeSlicingSelectorNamingNoDeviceIsAnError) {
+  ResourceOptions o;
+  o.time_slicing.push_back({"nvidia.com/gpu", "", 2, {"7"}});
+  auto set = BuildResources(Node({MakeGpu(0)}), o);
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.status().message(), HasSubstr("'7'"));
+}
+
+TEST(ResourceTest, HealthPropagatesToEveryReplicaAndMigDevice) {
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
+  g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 1), MakeMig(g0, 1, "1g.10gb", 2)};
+  ResourceOptions o;
+  o.mig_strategy = MigStrategy::kMixed;
+  o.time_slicing.push_back({"nvidia.com/gpu", "", 4, {}});
+  auto set = BuildResources(Node({g0, MakeGpu(1)}), o);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  auto sick = WithHealth(**set, {{"GPU-0", "XID 48"}, {"GPU-1", "thermal"}});
+  for (const auto& r : sick->resources) {
+    for (const auto& d : r.devices) {
+      EXPECT_FALSE(d.healthy) << d.id;
+      EXPECT_FALSE(d.unhealthy_reason.empty());
+    }
+  }
+  auto healed = WithHealth(*sick, {});
+  for (const auto& r : healed->resources) {
+    for (const auto& d : r.devices) EXPECT_TRUE(d.healthy) << d.id;
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+Resource GpuResource(int n, int replicas = 1) {
+  ResourceOptions o;
+  if (replicas > 1) o.time_slicing.push_back({"nvidia.com/gpu", "", replicas, {}});
+  std::vector<gpu::Gpu> gpus;
+  for (int i = 0; i < n; ++i) gpus.push_back(MakeGpu(i));
+  auto set = BuildResources(Node(gpus), o);
+  return (*set)->resources[0];
+}
+
+TEST(AllocateTest, VolumeMountsStrategy) {
+  AllocateOptions o;
+  o.device_list_strategies = {DeviceListStrategy::kVolumeMounts};
+  auto r = BuildContainerResponse(GpuResource(2), {"GPU-1"}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->envs().at("NVIDIA_VISIBLE_DEVICES"), "/var/run/nvidia-container-devices");
+  ASSERT_EQ(r->mounts_size(), 1);
+  EXPECT_EQ(r->mounts(0).container_path(), "/var/run/nvidia-container-devices/GPU-1");
+  EXPECT_EQ(r->mounts(0).host_path(), "/dev/null");
+}
+
+TEST(AllocateTest, ReplicasOfOneGpuNameItOnce) {
+  auto r = BuildContainerResponse(GpuResource(2, 4), {"GPU-1::0", "GPU-1::3", "GPU-0::2"}, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-1,GPU-0");
+}
+
+TEST(AllocateTest, FailRequestsGreaterThanOne) {
+  Resource res = GpuResource(2, 2);
+  res.fail_requests_greater_than_one = true;
+  auto r = BuildContainerResponse(res, {"GPU-0::0", "GPU-1::0"}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("failRequestsGreaterThanOne"));
+  EXPECT_TRUE(BuildContainerResponse(res, {"GPU-1::1"}, {}).ok());
+}
+
+TEST(AllocateTest, EmptyRequestIsRejected) {
+  auto r = BuildContainerResponse(GpuResource(1), {}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("nvidia.com/gpu"));
+}
+
+TEST(AllocateTest, DevRootPrefixesHostPaths) {
+  AllocateOptions o;
+  o.pass_device_specs = true;
+  o.dev_root = "/run/nvidia/driver";
+  auto r = BuildContainerResponse(GpuResource(1), {"GPU-0"}, o);
+  ASSERT_TRUE(r.ok());
+  bool found = false;
+  for (const auto& d : r->devices()) {
+    if (d.container_path() == "/dev/nvidia0") {
+      found = true;
+      EXPECT_EQ(d.host_path(), "/run/nvidia/driver/dev/nvidia0");
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(AllocateTest, MigDeviceNodesFromCapMinors) {
+  auto caps = ParseMigCapMinors("config 1\nmonitor 2\ngpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\n");
+  ASSERT_TRUE(caps.ok()) << caps.status().ToString();
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
+  g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 2)};
+  ResourceOptions ro;
+  ro.mig_strategy = MigStrategy::kMixed;
+  auto set = BuildResources(Node({g0}), ro);
+  ASSERT_TRUE(set.ok());
+  AllocateOptions o;
+  o.pass_device_specs = true;
+  o.mig_cap_minors = *caps;
+  auto r = BuildContainerResponse((*set)->resources[0], {"MIG-0-0"}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<std::string> paths;
+  for (const auto& d : r->devices()) paths.push_back(d.container_path());
+  EXPECT_THAT(paths, ::testing::IsSupersetOf({"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap21",
+                                              "/dev/nvidia-caps/nvidia-cap22"}));
+  EXPECT_EQ(r->envs().at("NVIDIA_VISIBLE_DEVICES"), "MIG-0-0");
+}
+
+TEST(AllocateTest, MalformedMigMinorsIsAnError) {
+  auto caps = ParseMigCapMinors("gpu0/gi2/access twenty-one\n");
+  ASSERT_FALSE(caps.ok());
+  EXPECT_THAT(caps.status().message(), HasSubstr("line 1"));
+}
+
+TEST(AllocateTest, CdiKindMustBeVendorSlashClass) {
+  auto set = BuildResources(Node({MakeGpu(0)}), {});
+  ASSERT_TRUE(set.ok());
+  AllocateOptions o;
+  o.cdi_kind = "nokind";
+  Status st = WriteCdiSpec(**set, ::testing::TempDir() + "/cdi-bad", o);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace danqing::deviceplugin

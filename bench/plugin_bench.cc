@@ -77,8 +77,12 @@ void LatencyFor(const char* profile, int iterations) {
   std::vector<std::string> all;
   for (const auto& g : inv.gpus) all.push_back(g.uuid);
   const size_t n = all.size();
-  std::vector<double> alloc, pref4, pref_half;
+  std::vector<double> alloc, pref4, pref_half, noop;
   for (int i = 0; i < iterations; ++i) {
+    // PreStartContainer does nothing on the server: the floor of one RPC here.
+    auto n0 = Clock::now();
+    (void)kubelet.PreStartContainer("nvidia.com/gpu", {all[0]});
+    noop.push_back(Us(Clock::now() - n0));
     auto a0 = Clock::now();
     auto r = kubelet.Allocate("nvidia.com/gpu", {all[static_cast<size_t>(i) % n]});
     alloc.push_back(Us(Clock::now() - a0));
@@ -92,8 +96,10 @@ void LatencyFor(const char* profile, int iterations) {
     pref_half.push_back(Us(Clock::now() - h0));
     if (!h.status.ok()) std::exit(3);
   }
-  auto a = Summarize(alloc), p = Summarize(pref4), h = Summarize(pref_half);
+  auto a = Summarize(alloc), p = Summarize(pref4), h = Summarize(pref_half), z = Summarize(noop);
   std::printf("%-18s start->registered (in-process) %8.0f us\n", profile, start_us);
+  std::printf("%-18s no-op RPC (floor)        p50 %6.0f us  p99 %6.0f us  max %6.0f us\n", profile, z.p50,
+              z.p99, z.max);
   std::printf("%-18s Allocate(1)              p50 %6.0f us  p99 %6.0f us  max %6.0f us  (n=%d)\n", profile,
               a.p50, a.p99, a.max, iterations);
   std::printf("%-18s GetPreferred(4 of %2zu)    p50 %6.0f us  p99 %6.0f us  max %6.0f us\n", profile, n, p.p50,

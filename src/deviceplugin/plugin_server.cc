@@ -322,6 +322,9 @@ Status PluginServer::Start(std::shared_ptr<const ResourceSet> set) {
   service_ = std::make_unique<DevicePluginService>(std::move(hub));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
+  // Only the local kubelet talks to this socket: skip the optional filters
+  // (census, deadline, message-size) on every call.
+  builder.AddChannelArgument(GRPC_ARG_MINIMAL_STACK, 1);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_) {

@@ -12,6 +12,7 @@
 // unavailable (no library, or nvmlInit failed).
 #include <CLI/CLI.hpp>
 #include <signal.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "agent/agent.h"
+#include "common/file_watcher.h"
 #include "common/log.h"
 #include "config/config.h"
 #include "gpu/nvml_backend.h"
@@ -98,8 +100,17 @@ int Serve(const danqing::config::CommandLine& cl, danqing::config::Config cfg) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  danqing::agent::Agent agent;
+  // File changes and MIG re-partitions arrive as SIGHUP, so every reload
+  // goes through this one loop.
+  auto raise_reload = [] { ::kill(::getpid(), SIGHUP); };
+  danqing::agent::Agent agent(danqing::agent::NvmlBackendFactory(), raise_reload);
   if (auto st = agent.Start(cfg); !st.ok()) return Fail(st);
+  danqing::FileWatcher config_watcher;
+  if (!cfg.source.empty()) {
+    if (auto st = config_watcher.Start(cfg.source, raise_reload); !st.ok()) {
+      spdlog::warn("config: not watching {}: {} (SIGHUP still reloads)", cfg.source, st.ToString());
+    }
+  }
   spdlog::info("danqing-device-plugin: serving; SIGHUP reloads, SIGTERM stops");
   for (;;) {
     int sig = 0;
@@ -118,6 +129,7 @@ int Serve(const danqing::config::CommandLine& cl, danqing::config::Config cfg) {
       continue;
     }
     spdlog::info("danqing-device-plugin: signal {}; stopping", sig);
+    config_watcher.Stop();
     agent.Stop();
     return 0;
   }

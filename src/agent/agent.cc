@@ -39,6 +39,8 @@ BackendFactory NvmlBackendFactory() {
 Result<deviceplugin::ResourceOptions> ResourceOptionsFrom(const config::Config& cfg) {
   deviceplugin::ResourceOptions o;
   o.mig_strategy = cfg.flags.mig_strategy;
+  o.replica_policy = cfg.danqing.replica_policy == "packed" ? deviceplugin::ReplicaPolicy::kPacked
+                                                            : deviceplugin::ReplicaPolicy::kDistributed;
   if (cfg.sharing.mps) {
     return Status(StatusCode::kNotSupported,
                   "sharing.mps is accepted in the config file but Danqing does not run an MPS "
@@ -79,9 +81,38 @@ deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg) {
   return m;
 }
 
-Agent::Agent(BackendFactory factory) : factory_(std::move(factory)) {}
+Agent::Agent(BackendFactory factory, std::function<void()> request_reload)
+    : factory_(std::move(factory)), request_reload_(std::move(request_reload)) {}
 
 Agent::~Agent() { Stop(); }
+
+void Agent::StartEvents() {
+  if (!request_reload_ || !backend_) return;
+  auto stream = backend_->WatchEvents({});
+  if (!stream.ok()) {
+    spdlog::warn("agent: no device events ({}); MIG changes need a reload", stream.status().ToString());
+    return;
+  }
+  events_stop_ = false;
+  events_ = std::thread([this, s = std::shared_ptr<gpu::EventStream>(std::move(stream).value())] {
+    while (!events_stop_) {
+      auto ev = s->Wait(std::chrono::milliseconds(200));
+      if (!ev.ok()) {
+        spdlog::warn("agent: device event stream failed: {}", ev.status().ToString());
+        return;
+      }
+      if (ev->has_value() && (*ev)->kind == gpu::EventKind::kMigConfigChange) {
+        spdlog::info("agent: MIG layout changed on {}; rediscovering", (*ev)->uuid);
+        request_reload_();
+      }
+    }
+  });
+}
+
+void Agent::StopEvents() {
+  events_stop_ = true;
+  if (events_.joinable()) events_.join();
+}
 
 Result<std::shared_ptr<const deviceplugin::ResourceSet>> Agent::Build(
     const config::Config& cfg, std::unique_ptr<gpu::GpuBackend>& backend) {
@@ -110,6 +141,7 @@ Status Agent::Start(const config::Config& cfg) {
   for (const auto& ignored : config::AcceptedButIgnored(cfg)) {
     spdlog::info("agent: setting has no effect in Danqing: {}", ignored.ToString());
   }
+  nvml_lib_ = cfg.danqing.nvml_lib;
   auto set = Build(cfg, backend_);
   if (!set.ok()) {
     if (cfg.flags.fail_on_init_error) return set.status();
@@ -119,16 +151,24 @@ Status Agent::Start(const config::Config& cfg) {
   }
   manager_options_ = ManagerOptionsFrom(cfg);
   manager_ = std::make_unique<deviceplugin::PluginManager>(manager_options_);
-  return manager_->Start(*set);
+  if (Status st = manager_->Start(*set); !st.ok()) return st;
+  StartEvents();
+  return Status::Ok();
 }
 
 Status Agent::Reload(const config::Config& cfg) {
-  // A fresh backend, so a changed NVML library path takes effect; the
-  // running one stays until the new configuration has been built.
-  std::unique_ptr<gpu::GpuBackend> backend;
-  auto set = Build(cfg, backend);
+  // The running backend rediscovers; only a changed NVML library path needs a
+  // new one, which replaces the running one once the new configuration built.
+  const bool new_backend = !backend_ || cfg.danqing.nvml_lib != nvml_lib_;
+  std::unique_ptr<gpu::GpuBackend> fresh;
+  auto set = Build(cfg, new_backend ? fresh : backend_);
   if (!set.ok()) return set.status().WithContext("reload kept the running configuration");
-  backend_ = std::move(backend);
+  if (new_backend) {
+    StopEvents();
+    backend_ = std::move(fresh);
+    nvml_lib_ = cfg.danqing.nvml_lib;
+    StartEvents();
+  }
   auto mopts = ManagerOptionsFrom(cfg);
   if (manager_ && mopts == manager_options_) {
     manager_->Update(*set);
@@ -143,6 +183,7 @@ Status Agent::Reload(const config::Config& cfg) {
 }
 
 void Agent::Stop() {
+  StopEvents();
   if (manager_) manager_->Stop();
 }
 

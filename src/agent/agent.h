@@ -5,7 +5,9 @@
 // Thread-safety: Start/Reload/Stop from one thread (main's signal loop).
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <thread>
 #include <memory>
 
 #include "common/status.h"
@@ -26,7 +28,11 @@ deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg);
 
 class Agent {
  public:
-  explicit Agent(BackendFactory factory = NvmlBackendFactory());
+  // `request_reload`, when set, is called (from the agent's event thread)
+  // when NVML reports a MIG re-partition, so the owner re-runs Reload();
+  // without it MIG changes are picked up on the next explicit reload.
+  explicit Agent(BackendFactory factory = NvmlBackendFactory(),
+                 std::function<void()> request_reload = {});
   ~Agent();
 
   // Discovers GPUs and serves their resources. With failOnInitError (the
@@ -48,8 +54,16 @@ class Agent {
   Result<std::shared_ptr<const deviceplugin::ResourceSet>> Build(
       const config::Config& cfg, std::unique_ptr<gpu::GpuBackend>& backend);
 
+  // Follows the backend's events; today it acts on MIG re-partitions.
+  void StartEvents();
+  void StopEvents();
+
   BackendFactory factory_;
+  std::function<void()> request_reload_;
   std::unique_ptr<gpu::GpuBackend> backend_;
+  std::string nvml_lib_;  // the library backend_ was created for
+  std::thread events_;
+  std::atomic<bool> events_stop_{false};
   std::unique_ptr<deviceplugin::PluginManager> manager_;
   deviceplugin::ManagerOptions manager_options_;
 };

@@ -184,6 +184,9 @@ struct DanqingSettings {
   Duration health_check_interval = std::chrono::seconds(1);  // healthCheckInterval; > 0
   std::string metrics_addr = ":9400";                        // metricsAddr; "[host]:port"
   std::string log_level = "info";  // logLevel: trace|debug|info|warn|error|critical|off
+  // replicaPolicy: how a request for time-sliced replicas is placed:
+  // "distributed" spreads over GPUs (least loaded first), "packed" fills one GPU first.
+  std::string replica_policy = "distributed";
 
   bool operator==(const DanqingSettings&) const = default;
 };
@@ -267,6 +270,7 @@ struct CommandLine {
   std::optional<std::string> metrics_addr;           // --metrics-addr
   std::optional<std::string> health_check_interval;  // --health-check-interval
   std::optional<std::string> log_level;              // --log-level
+  std::optional<std::string> replica_policy;         // --replica-policy
 };
 
 // How a flag takes its value, for registering it with a flag parser.

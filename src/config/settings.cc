@@ -85,6 +85,15 @@ std::string GetLogLevel(const Config& c) {
   return c.danqing.log_level;
 }
 
+std::string SetReplicaPolicy(Config& c, std::string_view t) {
+  if (t != "distributed" && t != "packed") {
+    return "invalid replica policy " + Quote(t) + "; expected distributed or packed";
+  }
+  c.danqing.replica_policy = std::string(t);
+  return "";
+}
+std::string GetReplicaPolicy(const Config& c) { return c.danqing.replica_policy; }
+
 std::string SetDeviceListStrategy(Config& c, const std::vector<std::string>& items) {
   if (items.empty()) {
     return "at least one device list strategy is required; expected " +
@@ -349,6 +358,13 @@ std::vector<Setting> BuildTable() {
        .command_line = &CL::log_level,
        .help = "Log level: trace, debug, info, warn, error, critical or off",
        .binding = EnumField{SetLogLevel, GetLogLevel},
+       .nvidia = false},
+      {.path = "danqing.replicaPolicy",
+       .flag = "replica-policy",
+       .env = "DANQING_REPLICA_POLICY",
+       .command_line = &CL::replica_policy,
+       .help = "Placement of time-sliced replicas: distributed (spread over GPUs) or packed (fill one GPU first)",
+       .binding = EnumField{SetReplicaPolicy, GetReplicaPolicy},
        .nvidia = false},
   };
 }

@@ -97,6 +97,57 @@ struct PreferredAllocator::Impl {
     return a.pair_score_[static_cast<size_t>(ga) * a.topology_.size() + static_cast<size_t>(gb)];
   }
 
+  // Picks d of the entities `cand` (ascending), one device each, for an
+  // allocation that already holds the entities `held`; `pool` is every entity
+  // still available before this pick (criterion 3 scores what stays of it),
+  // `free` the free devices per entity, and `leaves[i]` whether picking
+  // cand[i] takes its last device from the pool. Returns the chosen entities,
+  // ascending.
+  static std::vector<int> Search(const PreferredAllocator& a, const std::vector<int>& cand,
+                                 const std::vector<int>& held, const std::vector<int>& pool,
+                                 const std::vector<int64_t>& free, const std::vector<char>& leaves,
+                                 int d) {
+    Impl s;
+    s.m = static_cast<int>(cand.size());
+    s.d = std::min(d, s.m);
+    if (s.d <= 0) return {};
+    const auto m = static_cast<size_t>(s.m);
+    s.with_must.assign(m, 0);
+    s.loss.assign(m, 0);
+    s.free.assign(m, 0);
+    s.pair.assign(m * m, 0);
+    s.pair_lost.assign(m * m, 0);
+    for (size_t i = 0; i < m; ++i) {
+      const int c = cand[i];
+      s.free[i] = free[static_cast<size_t>(c)];
+      for (int e : held) {
+        if (e != c) s.with_must[i] += EntityScore(a, c, e);
+      }
+      if (leaves[i]) {
+        for (int e : pool) {
+          if (e != c) s.loss[i] += EntityScore(a, c, e);
+        }
+      }
+    }
+    for (size_t i = 0; i < m; ++i) {
+      for (size_t j = 0; j < m; ++j) {
+        if (i == j) continue;
+        const int64_t score = EntityScore(a, cand[i], cand[j]);
+        s.pair[i * m + j] = score;
+        if (leaves[i] && leaves[j]) s.pair_lost[i * m + j] = score;
+      }
+    }
+    if (Binomial(s.m, s.d, kExhaustiveLimit) <= kExhaustiveLimit) {
+      s.Exhaustive();
+    } else {
+      s.Heuristic();
+    }
+    std::vector<int> chosen;
+    chosen.reserve(s.best.size());
+    for (int i : s.best) chosen.push_back(cand[static_cast<size_t>(i)]);
+    return chosen;
+  }
+
   int64_t Pair(int i, int j) const { return pair[Idx(i) * Idx(m) + Idx(j)]; }
   int64_t PairLost(int i, int j) const { return pair_lost[Idx(i) * Idx(m) + Idx(j)]; }
   static size_t Idx(int i) { return static_cast<size_t>(i); }
@@ -420,8 +471,8 @@ struct PreferredAllocator::Impl {
 };
 
 PreferredAllocator::PreferredAllocator(gpu::Topology topology,
-                                       std::vector<AllocatableDevice> devices)
-    : topology_(std::move(topology)), devices_(std::move(devices)) {
+                                       std::vector<AllocatableDevice> devices, ReplicaPolicy policy)
+    : topology_(std::move(topology)), devices_(std::move(devices)), policy_(policy) {
   const size_t n = topology_.size();
   // Larger than the PCIe scores of all pairs together, so one NVLink lane
   // outweighs any PCIe difference in a sum over pairs.
@@ -520,68 +571,18 @@ std::vector<std::string> PreferredAllocator::Choose(const std::vector<std::strin
 
   // How many devices to take from each entity.
   std::vector<int64_t> take(ne, 0);
+  std::vector<int> avail;    // entities with a free device
+  std::vector<int> must_es;  // entities holding must_include devices
+  for (size_t e = 0; e < ne; ++e) {
+    if (free[e] > 0) avail.push_back(static_cast<int>(e));
+    if (has_must[e]) must_es.push_back(static_cast<int>(e));
+  }
   if (total_free <= wanted) {
     take = free;  // fewer usable than asked: all of them
+  } else if (policy_ == ReplicaPolicy::kPacked) {
+    TakePacked(free, has_must, avail, must_es, wanted, take);
   } else {
-    // Step 1: one device on each of up to `wanted` distinct GPUs that hold no
-    // must_include device, chosen by the search.
-    std::vector<int> cand;     // candidate index → entity
-    std::vector<int> avail;    // entities with a free device
-    std::vector<int> must_es;  // entities holding must_include devices
-    for (size_t e = 0; e < ne; ++e) {
-      if (free[e] > 0) avail.push_back(static_cast<int>(e));
-      if (has_must[e]) {
-        must_es.push_back(static_cast<int>(e));
-      } else if (free[e] > 0) {
-        cand.push_back(static_cast<int>(e));
-      }
-    }
-    Impl s;
-    s.m = static_cast<int>(cand.size());
-    s.d = static_cast<int>(std::min<int64_t>(wanted, s.m));
-    if (s.d > 0) {
-      const auto m = static_cast<size_t>(s.m);
-      s.with_must.assign(m, 0);
-      s.loss.assign(m, 0);
-      s.free.assign(m, 0);
-      s.pair.assign(m * m, 0);
-      s.pair_lost.assign(m * m, 0);
-      for (size_t i = 0; i < m; ++i) {
-        const int c = cand[i];
-        s.free[i] = free[static_cast<size_t>(c)];
-        for (int e : must_es) s.with_must[i] += Impl::EntityScore(*this, c, e);
-        if (s.free[i] == 1) {
-          for (int a : avail) {
-            if (a != c) s.loss[i] += Impl::EntityScore(*this, c, a);
-          }
-        }
-      }
-      for (size_t i = 0; i < m; ++i) {
-        for (size_t j = 0; j < m; ++j) {
-          if (i == j) continue;
-          const int64_t score = Impl::EntityScore(*this, cand[i], cand[j]);
-          s.pair[i * m + j] = score;
-          if (s.free[i] == 1 && s.free[j] == 1) s.pair_lost[i * m + j] = score;
-        }
-      }
-      if (Binomial(s.m, s.d, kExhaustiveLimit) <= kExhaustiveLimit) {
-        s.Exhaustive();
-      } else {
-        s.Heuristic();
-      }
-      for (int i : s.best) take[static_cast<size_t>(cand[static_cast<size_t>(i)])] = 1;
-    }
-    // Step 2: more devices than distinct GPUs: reuse GPUs, each extra device
-    // from the GPU with the most free devices left (lowest entity on ties).
-    for (int64_t extra = wanted - s.d; extra > 0; --extra) {
-      size_t pick = ne;
-      for (size_t e = 0; e < ne; ++e) {
-        const int64_t left = free[e] - take[e];
-        if (left > 0 && (pick == ne || left > free[pick] - take[pick])) pick = e;
-      }
-      if (pick == ne) break;
-      ++take[pick];
-    }
+    TakeDistributed(free, has_must, avail, must_es, wanted, take);
   }
 
   // Each entity's lowest free devices, in device order.
@@ -594,6 +595,103 @@ std::vector<std::string> PreferredAllocator::Choose(const std::vector<std::strin
     }
   }
   return result;
+}
+
+void PreferredAllocator::TakeDistributed(const std::vector<int64_t>& free,
+                                         const std::vector<char>& has_must,
+                                         const std::vector<int>& avail,
+                                         const std::vector<int>& must_es, int64_t wanted,
+                                         std::vector<int64_t>& take) const {
+  const size_t ne = free.size();
+  // Step 1: one device on each of up to `wanted` distinct GPUs that hold no
+  // must_include device, chosen by the search.
+  std::vector<int> cand;
+  std::vector<char> leaves;
+  for (int e : avail) {
+    if (has_must[static_cast<size_t>(e)]) continue;
+    cand.push_back(e);
+    leaves.push_back(free[static_cast<size_t>(e)] == 1);
+  }
+  const int d = static_cast<int>(std::min<int64_t>(wanted, static_cast<int64_t>(cand.size())));
+  for (int e : Impl::Search(*this, cand, must_es, avail, free, leaves, d)) {
+    take[static_cast<size_t>(e)] = 1;
+  }
+  // Step 2: more devices than distinct GPUs: reuse GPUs, each extra device
+  // from the GPU with the most free devices left (lowest entity on ties).
+  for (int64_t extra = wanted - d; extra > 0; --extra) {
+    size_t pick = ne;
+    for (size_t e = 0; e < ne; ++e) {
+      const int64_t left = free[e] - take[e];
+      if (left > 0 && (pick == ne || left > free[pick] - take[pick])) pick = e;
+    }
+    if (pick == ne) break;
+    ++take[pick];
+  }
+}
+
+// Walks the GPUs by free count, fewest first. A whole group of equal free
+// counts that fits is emptied; in the group where the request ends, the
+// search picks the GPUs to empty (they leave the pool: criterion 3), then,
+// when a remainder is left, the one GPU that gives it, best linked to all
+// taken so far. With one device per GPU this is a single group and a single
+// search, the same as TakeDistributed's step 1.
+void PreferredAllocator::TakePacked(const std::vector<int64_t>& free,
+                                    const std::vector<char>& has_must,
+                                    const std::vector<int>& avail, const std::vector<int>& must_es,
+                                    int64_t wanted, std::vector<int64_t>& take) const {
+  std::vector<int64_t> counts;
+  for (int e : avail) counts.push_back(free[static_cast<size_t>(e)]);
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+
+  std::vector<int> held = must_es;  // GPUs in the allocation so far
+  std::vector<char> in_held = has_must;
+  std::vector<int> pool = avail;  // GPUs still available
+  auto hold = [&](int e) {
+    if (!in_held[static_cast<size_t>(e)]) {
+      in_held[static_cast<size_t>(e)] = 1;
+      held.push_back(e);
+    }
+  };
+  int64_t left = wanted;
+  for (const int64_t c : counts) {
+    if (left <= 0) break;
+    std::vector<int> group;
+    for (int e : pool) {
+      if (free[static_cast<size_t>(e)] == c) group.push_back(e);
+    }
+    const auto g = static_cast<int64_t>(group.size());
+    if (g * c <= left) {  // the whole group
+      for (int e : group) {
+        take[static_cast<size_t>(e)] = c;
+        hold(e);
+      }
+      left -= g * c;
+      std::erase_if(pool, [&](int e) { return free[static_cast<size_t>(e)] == c; });
+      continue;
+    }
+    // Empty `full` GPUs of the group, then `rest` devices from one more.
+    const int64_t full = left / c;
+    const int64_t rest = left % c;
+    if (full > 0) {
+      const std::vector<char> leaves(group.size(), 1);
+      const std::vector<int> emptied =
+          Impl::Search(*this, group, held, pool, free, leaves, static_cast<int>(full));
+      for (int e : emptied) {
+        take[static_cast<size_t>(e)] = c;
+        hold(e);
+      }
+      std::erase_if(group, [&](int e) { return take[static_cast<size_t>(e)] > 0; });
+      std::erase_if(pool, [&](int e) { return take[static_cast<size_t>(e)] > 0; });
+    }
+    if (rest > 0) {
+      const std::vector<char> leaves(group.size(), 0);  // it keeps free devices
+      for (int e : Impl::Search(*this, group, held, pool, free, leaves, 1)) {
+        take[static_cast<size_t>(e)] = rest;
+      }
+    }
+    left = 0;
+  }
 }
 
 }  // namespace danqing::deviceplugin

@@ -10,8 +10,21 @@
 //      GPUs best connected for later requests;
 //   4. then the lowest device positions, so the answer is deterministic.
 // Several devices may live on one GPU (time-slicing replicas "<uuid>::<n>",
-// MIG devices): a request larger than one spreads over distinct GPUs when it
-// can, and a single replica goes to the GPU with the most free replicas.
+// MIG devices). Where they go is the ReplicaPolicy:
+//   kDistributed (the default): a request larger than one spreads over
+//     distinct GPUs when it can (chosen by criteria 1-4), extra devices then
+//     going to the GPUs with the most free devices left; a single replica goes
+//     to the GPU with the most free replicas. This spreads time-sliced load.
+//   kPacked: fill one GPU before using the next. The request takes devices
+//     from the GPU with the fewest free devices that still has any, all of
+//     them, then continues on the next such GPU, until it is satisfied. Among
+//     GPUs with equal free counts, criteria 1-4 choose which GPUs are emptied
+//     (together with the must_include GPUs and those already emptied), and
+//     then which one gives the last, partial share. This keeps whole GPUs
+//     free for large requests.
+// With one device per GPU (whole-GPU resources) both policies give the same
+// answers. must_include devices are always returned and are not moved; under
+// kPacked their GPUs are filled like any other, by free count.
 //
 // It works only from the topology cached at construction (no NVML calls) and
 // never fails: unknown IDs in `available` are ignored, unknown `must_include`
@@ -37,9 +50,18 @@ struct AllocatableDevice {
   int gpu = -1;
 };
 
+// How devices that share a GPU are handed out (see above).
+enum class ReplicaPolicy {
+  kDistributed,  // spread over distinct GPUs, the GPUs with most free first
+  kPacked,       // fill the GPUs with the fewest free devices first
+};
+
 class PreferredAllocator {
  public:
-  PreferredAllocator(gpu::Topology topology, std::vector<AllocatableDevice> devices);
+  PreferredAllocator(gpu::Topology topology, std::vector<AllocatableDevice> devices,
+                     ReplicaPolicy policy = ReplicaPolicy::kDistributed);
+
+  ReplicaPolicy policy() const { return policy_; }
 
   // Returns up to `size` IDs (all of `must_include` first, then the chosen
   // ones, in device order), each from `available` or `must_include`.
@@ -49,8 +71,20 @@ class PreferredAllocator {
  private:
   struct Impl;  // the per-call search, defined in allocator.cc
 
+  // How many devices to take from each entity (`take`, all zero on entry),
+  // given the free devices per entity, the entities holding must_include
+  // devices, the entities with a free device (`avail`, ascending) and the
+  // number still wanted (less than the free total). One per ReplicaPolicy.
+  void TakeDistributed(const std::vector<int64_t>& free, const std::vector<char>& has_must,
+                       const std::vector<int>& avail, const std::vector<int>& must_es,
+                       int64_t wanted, std::vector<int64_t>& take) const;
+  void TakePacked(const std::vector<int64_t>& free, const std::vector<char>& has_must,
+                  const std::vector<int>& avail, const std::vector<int>& must_es, int64_t wanted,
+                  std::vector<int64_t>& take) const;
+
   gpu::Topology topology_;
   std::vector<AllocatableDevice> devices_;
+  ReplicaPolicy policy_ = ReplicaPolicy::kDistributed;
   // topology_.size()² pair scores, higher is better:
   //   nvlinks * pcie_scale_ + PCIe score (0..6).
   // pcie_scale_ exceeds any sum of PCIe scores over a set of pairs, so a sum

@@ -126,6 +126,7 @@ std::vector<ResourceStatus> PluginManager::Statuses() const {
 // Caller holds no lock; takes mu_ for the structure.
 void PluginManager::Apply(const std::shared_ptr<const ResourceSet>& set) {
   std::lock_guard<std::mutex> l(mu_);
+  const std::shared_ptr<const ResourceSet> previous = current_;
   current_ = set;
   for (const auto& r : set->resources) {
     auto it = entries_.find(r.name);
@@ -138,7 +139,14 @@ void PluginManager::Apply(const std::shared_ptr<const ResourceSet>& set) {
       Serve(*e);
       entries_[r.name] = std::move(e);
     } else if (it->second->server) {
-      it->second->server->Update(set);
+      // Unchanged resources keep their streams quiet; the server still takes
+      // the new snapshot (its allocator) without sending anything.
+      const Resource* before = previous ? previous->Find(r.name) : nullptr;
+      if (before != nullptr && *before == r) {
+        it->second->server->Replace(set);
+      } else {
+        it->second->server->Update(set);
+      }
     }
   }
   for (auto it = entries_.begin(); it != entries_.end();) {

@@ -53,6 +53,11 @@ class PluginServer::Hub {
   const AllocateOptions& options() const { return options_; }
 
   void Publish(std::shared_ptr<const ResourceSet> set);
+  // Swaps the snapshot without a new stream message (same device list).
+  void Swap(std::shared_ptr<const ResourceSet> set) {
+    std::lock_guard<std::mutex> l(mu_);
+    set_ = std::move(set);
+  }
   std::shared_ptr<const ResourceSet> set() const {
     std::lock_guard<std::mutex> l(mu_);
     return set_;
@@ -365,6 +370,11 @@ void PluginServer::Shutdown() {
 void PluginServer::Update(std::shared_ptr<const ResourceSet> set) {
   std::lock_guard<std::mutex> l(hub_mu_);
   hub_->Publish(std::move(set));
+}
+
+void PluginServer::Replace(std::shared_ptr<const ResourceSet> set) {
+  std::lock_guard<std::mutex> l(hub_mu_);
+  hub_->Swap(std::move(set));
 }
 
 std::shared_ptr<PluginServer::Hub> PluginServer::hub() const {

@@ -53,6 +53,9 @@ class PluginServer {
 
   // Publishes a new snapshot to every ListAndWatch stream.
   void Update(std::shared_ptr<const ResourceSet> set);
+  // Takes a new snapshot whose device list for this resource is unchanged:
+  // RPCs use it, streams send nothing.
+  void Replace(std::shared_ptr<const ResourceSet> set);
 
   const std::string& resource() const { return resource_; }
   const std::string& socket_path() const { return socket_path_; }

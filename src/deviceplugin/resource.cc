@@ -180,12 +180,13 @@ Status ApplyTimeSlicing(const ResourceOptions& opts, std::vector<Resource>& out,
   return Status::Ok();
 }
 
-std::shared_ptr<ResourceSet> WithAllocators(ResourceSet set, const gpu::Topology& topology) {
+std::shared_ptr<ResourceSet> WithAllocators(ResourceSet set, const gpu::Topology& topology,
+                                            ReplicaPolicy policy) {
   for (const auto& r : set.resources) {
     std::vector<AllocatableDevice> devs;
     devs.reserve(r.devices.size());
     for (const auto& d : r.devices) devs.push_back({d.id, d.gpu_position});
-    set.allocators[r.name] = std::make_shared<const PreferredAllocator>(topology, std::move(devs));
+    set.allocators[r.name] = std::make_shared<const PreferredAllocator>(topology, std::move(devs), policy);
   }
   return std::make_shared<ResourceSet>(std::move(set));
 }
@@ -217,7 +218,8 @@ Result<std::shared_ptr<const ResourceSet>> BuildResources(const gpu::NodeInvento
     // Keep advertising nvidia.com/gpu (with no devices) so the kubelet shows 0, not a stale count.
     set.resources.push_back(Resource{std::string(kDefaultResource), {}, 1, false});
   }
-  return std::shared_ptr<const ResourceSet>(WithAllocators(std::move(set), inventory.topology));
+  return std::shared_ptr<const ResourceSet>(
+      WithAllocators(std::move(set), inventory.topology, options.replica_policy));
 }
 
 std::shared_ptr<const ResourceSet> WithHealth(const ResourceSet& set,

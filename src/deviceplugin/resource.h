@@ -44,6 +44,8 @@ struct Device {
   int replica = -1;          // k of "<uuid>::<k>", -1 when not a replica
   bool healthy = true;
   std::string unhealthy_reason;
+
+  bool operator==(const Device&) const = default;
 };
 
 struct Resource {
@@ -53,6 +55,7 @@ struct Resource {
   bool fail_requests_greater_than_one = false;
 
   const Device* Find(std::string_view id) const;
+  bool operator==(const Resource&) const = default;
 };
 
 // Time-slicing of one resource (NVIDIA's sharing.timeSlicing.resources[i]).
@@ -69,6 +72,7 @@ struct ResourceOptions {
   std::vector<TimeSlicing> time_slicing;
   bool rename_by_default = false;
   bool fail_requests_greater_than_one = false;
+  ReplicaPolicy replica_policy = ReplicaPolicy::kDistributed;
 };
 
 // The resources of one inventory snapshot, with a topology-aware allocator

@@ -84,6 +84,58 @@ sharing:
   EXPECT_THAT(daemon.Output(), HasSubstr("migStrategy"));
 }
 
+TEST_F(DaemonTest, ConfigFileChangeAppliesOnlyWhatDiffers) {
+  FakeNode node("a100-8x-nvswitch");
+  auto write = [&](int replicas) {
+    // Write-then-rename, as editors and ConfigMap volumes replace files.
+    std::ofstream(config_ + ".tmp") << "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                                       "    - name: nvidia.com/gpu\n      devices: [\"0\"]\n"
+                                       "      replicas: "
+                                    << replicas << "\n";
+    std::filesystem::rename(config_ + ".tmp", config_);
+  };
+  write(2);
+  KubeletEmulator kubelet(dir_);
+  ASSERT_TRUE(kubelet.Start().ok());
+  ChildProcess daemon(Args());
+  ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu", 10s)) << daemon.Output();
+  ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu.shared", 10s)) << daemon.Output();
+  ASSERT_TRUE(kubelet.WaitForDevices("nvidia.com/gpu", [](const auto& d) { return d.size() == 7; }, 5s));
+  ASSERT_TRUE(
+      kubelet.WaitForDevices("nvidia.com/gpu.shared", [](const auto& d) { return d.size() == 2; }, 5s));
+  const auto updates = kubelet.StreamUpdates("nvidia.com/gpu");
+
+  write(4);  // no signal: the file watch picks it up
+  ASSERT_TRUE(
+      kubelet.WaitForDevices("nvidia.com/gpu.shared", [](const auto& d) { return d.size() == 4; }, 10s))
+      << daemon.Output();
+  // The unchanged resource kept its registration and its stream, and was sent nothing.
+  EXPECT_EQ(kubelet.RegistrationCount("nvidia.com/gpu"), 1);
+  EXPECT_FALSE(kubelet.StreamEnded("nvidia.com/gpu"));
+  EXPECT_EQ(kubelet.StreamUpdates("nvidia.com/gpu"), updates);
+  EXPECT_EQ(kubelet.RegistrationCount("nvidia.com/gpu.shared"), 1);
+
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
+}
+
+TEST_F(DaemonTest, MigRepartitionIsPickedUpWithoutRestart) {
+  FakeNode node("a100-mig-mixed");
+  std::ofstream(config_) << "version: v1\nflags:\n  migStrategy: mixed\n";
+  KubeletEmulator kubelet(dir_);
+  ASSERT_TRUE(kubelet.Start().ok());
+  ChildProcess daemon(Args());
+  ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/mig-3g.40gb", 10s)) << daemon.Output();
+  ASSERT_TRUE(kubelet.WaitForDevices("nvidia.com/mig-3g.40gb", [](const auto& d) { return d.size() == 3; }, 5s));
+  // GPU 2 goes from 3g.40gb x2 to one 7g.80gb.
+  node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"pending":1,"devices":[
+      {"profile":"7g.80gb","gpu_instance_id":0,"uuid":"MIG-5d2b8f6e-0a7c-5e11-9d3f-7b1c2a9e4f01"}]}})");
+  ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/mig-7g.80gb", 10s)) << daemon.Output();
+  EXPECT_TRUE(kubelet.WaitForDevices("nvidia.com/mig-3g.40gb", [](const auto& d) { return d.size() == 1; }, 5s));
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
+}
+
 TEST_F(DaemonTest, MissingDriverFailsWithExitThree) {
   std::ofstream(config_) << "version: v1\n";
   auto args = Args();

@@ -186,6 +186,19 @@ TEST(NvidiaConfigTest, MissingVersionIsV1AsInNvidiasParser) {
   EXPECT_EQ(cfg->flags.mig_strategy, MigStrategy::kMixed);
 }
 
+TEST(DanqingConfigTest, ReplicaPolicy) {
+  auto def = ParseConfig("version: v1\n", "test.yaml");
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def->danqing.replica_policy, "distributed");
+  auto packed = ParseConfig("version: v1\ndanqing:\n  replicaPolicy: packed\n", "test.yaml");
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  EXPECT_EQ(packed->danqing.replica_policy, "packed");
+  auto bad = ParseConfig("version: v1\ndanqing:\n  replicaPolicy: crowded\n", "test.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("test.yaml:3:18: danqing.replicaPolicy: "));
+  EXPECT_THAT(bad.status().message(), HasSubstr("expected distributed or packed"));
+}
+
 TEST(NvidiaConfigTest, DeviceListStrategyAsAString) {
   const Config c =
       MustParse("version: v1\nflags:\n  plugin:\n    deviceListStrategy: volume-mounts\n");

@@ -477,6 +477,194 @@ TEST(PreferredAllocatorReplicaTest, MigDevicesSpreadOverParents) {
   EXPECT_EQ(gpu_of(two[1]), 1);
 }
 
+// ---- Replica policy: packed fills the fullest GPUs first.
+
+// Replicas "<uuid>::<k>" of 4 per GPU, the highest-numbered `free_count[g]`
+// of GPU g free.
+std::vector<std::string> FreeReplicas(const gpu::NodeInventory& inv,
+                                      const std::vector<int>& free_count) {
+  std::vector<std::string> out;
+  for (size_t g = 0; g < free_count.size(); ++g) {
+    for (int k = 4 - free_count[g]; k < 4; ++k) out.push_back(Replica(inv, static_cast<int>(g), k));
+  }
+  return out;
+}
+
+class ReplicaPolicyTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(inv_.gpus.size(), 8u); }
+
+  const gpu::NodeInventory& inv_ = Inventory("a100-8x-nvswitch");
+  PreferredAllocator distributed_{inv_.topology, ReplicaDevices(inv_, 4)};
+  PreferredAllocator packed_{inv_.topology, ReplicaDevices(inv_, 4), ReplicaPolicy::kPacked};
+};
+
+TEST_F(ReplicaPolicyTest, DefaultIsDistributed) {
+  const PreferredAllocator explicit_distributed(inv_.topology, ReplicaDevices(inv_, 4),
+                                                ReplicaPolicy::kDistributed);
+  EXPECT_EQ(distributed_.policy(), ReplicaPolicy::kDistributed);
+  EXPECT_EQ(explicit_distributed.policy(), ReplicaPolicy::kDistributed);
+  EXPECT_EQ(packed_.policy(), ReplicaPolicy::kPacked);
+  const auto avail = FreeReplicas(inv_, {1, 2, 3, 3, 4, 2, 4, 1});
+  for (int size = 0; size <= 21; ++size) {
+    EXPECT_EQ(explicit_distributed.Choose(avail, {}, size), distributed_.Choose(avail, {}, size))
+        << "size " << size;
+  }
+}
+
+// GPU 2 has one free replica, every other GPU four.
+TEST_F(ReplicaPolicyTest, PackedTakesTheFullestGpuFirst) {
+  const auto avail = FreeReplicas(inv_, {4, 4, 1, 4, 4, 4, 4, 4});
+  // Distributed: a GPU with four free (all alike: the lowest).
+  EXPECT_THAT(distributed_.Choose(avail, {}, 1), ElementsAre(Replica(inv_, 0, 0)));
+  // Packed: GPU 2's last replica.
+  EXPECT_THAT(packed_.Choose(avail, {}, 1), ElementsAre(Replica(inv_, 2, 3)));
+  // Then two from one GPU with four free; of those, topology picks GPU 2's
+  // PCIe switch partner 3 over the lower position 0.
+  EXPECT_THAT(packed_.Choose(avail, {}, 3),
+              ElementsAre(Replica(inv_, 2, 3), Replica(inv_, 3, 0), Replica(inv_, 3, 1)));
+  // Five: GPU 2 and all of GPU 3.
+  EXPECT_THAT(packed_.Choose(avail, {}, 5),
+              ElementsAre(Replica(inv_, 2, 3), Replica(inv_, 3, 0), Replica(inv_, 3, 1),
+                          Replica(inv_, 3, 2), Replica(inv_, 3, 3)));
+  // Six: GPU 3 emptied, the sixth on the lowest GPU of GPU 2's NUMA node.
+  EXPECT_THAT(packed_.Choose(avail, {}, 6),
+              ElementsAre(Replica(inv_, 0, 0), Replica(inv_, 2, 3), Replica(inv_, 3, 0),
+                          Replica(inv_, 3, 1), Replica(inv_, 3, 2), Replica(inv_, 3, 3)));
+  // Nine: two GPUs emptied besides GPU 2. {0, 1}, {0, 3} and {1, 3} each
+  // hold one switch pair and one NUMA node with GPU 2, and leave rests that
+  // score alike: the lowest set.
+  std::vector<std::string> nine;
+  for (int g : {0, 1}) {
+    for (int k = 0; k < 4; ++k) nine.push_back(Replica(inv_, g, k));
+  }
+  nine.push_back(Replica(inv_, 2, 3));
+  EXPECT_THAT(packed_.Choose(avail, {}, 9), ElementsAreArray(nine));
+}
+
+// Free replicas per GPU: 1 2 3 3 4 2 4 1.
+TEST_F(ReplicaPolicyTest, PackedWalksGpusByFreeCount) {
+  const auto avail = FreeReplicas(inv_, {1, 2, 3, 3, 4, 2, 4, 1});
+  // GPUs 0 and 7 (one free each) tie in every respect: the lower.
+  EXPECT_THAT(packed_.Choose(avail, {}, 1), ElementsAre(Replica(inv_, 0, 3)));
+  EXPECT_THAT(packed_.Choose(avail, {}, 2), ElementsAre(Replica(inv_, 0, 3), Replica(inv_, 7, 3)));
+  // Then GPUs 1 and 5 (two free): 1 is GPU 0's switch partner.
+  EXPECT_THAT(packed_.Choose(avail, {}, 3),
+              ElementsAre(Replica(inv_, 0, 3), Replica(inv_, 1, 2), Replica(inv_, 7, 3)));
+  EXPECT_THAT(packed_.Choose(avail, {}, 6),
+              ElementsAre(Replica(inv_, 0, 3), Replica(inv_, 1, 2), Replica(inv_, 1, 3),
+                          Replica(inv_, 5, 2), Replica(inv_, 5, 3), Replica(inv_, 7, 3)));
+  // Distributed: the GPU with the most free replicas.
+  EXPECT_THAT(distributed_.Choose(avail, {}, 1), ElementsAre(Replica(inv_, 4, 0)));
+}
+
+TEST_F(ReplicaPolicyTest, PackedKeepsMustInclude) {
+  const auto avail = FreeReplicas(inv_, {4, 4, 1, 4, 4, 4, 4, 4});
+  // The must_include replica comes first and stays; packing still starts on
+  // the GPU with the fewest free (GPU 2), not on GPU 5's remaining three.
+  EXPECT_THAT(packed_.Choose(avail, {Replica(inv_, 5, 0)}, 2),
+              ElementsAre(Replica(inv_, 5, 0), Replica(inv_, 2, 3)));
+  // GPU 5 now has three free, the fewest after GPU 2: it fills next.
+  EXPECT_THAT(packed_.Choose(avail, {Replica(inv_, 5, 0)}, 4),
+              ElementsAre(Replica(inv_, 5, 0), Replica(inv_, 2, 3), Replica(inv_, 5, 1),
+                          Replica(inv_, 5, 2)));
+  // A must_include ID that is unknown is kept; more must than size: only must.
+  EXPECT_THAT(packed_.Choose(avail, {"GPU-vanished::0"}, 2),
+              ElementsAre("GPU-vanished::0", Replica(inv_, 2, 3)));
+  EXPECT_THAT(packed_.Choose(avail, {Replica(inv_, 0, 0), Replica(inv_, 1, 0)}, 1),
+              ElementsAre(Replica(inv_, 0, 0), Replica(inv_, 1, 0)));
+  // More than there is: everything, once.
+  EXPECT_THAT(packed_.Choose(avail, {}, 40), ElementsAreArray(avail));
+}
+
+TEST_F(ReplicaPolicyTest, PackedIsDeterministicAndIndependentOfInputOrder) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<int> free_count(8);
+    for (int& f : free_count) f = static_cast<int>(rng() % 5);
+    auto avail = FreeReplicas(inv_, free_count);
+    std::vector<std::string> must;
+    if (!avail.empty() && rng() % 2 == 0) must.push_back(avail[rng() % avail.size()]);
+    const int size = static_cast<int>(rng() % 34);
+    SCOPED_TRACE("trial " + std::to_string(trial) + " free " +
+                 ::testing::PrintToString(free_count) + " size " + std::to_string(size));
+    const auto first = packed_.Choose(avail, must, size);
+    EXPECT_EQ(packed_.Choose(avail, must, size), first);
+    for (int round = 0; round < 3; ++round) {
+      std::shuffle(avail.begin(), avail.end(), rng);
+      EXPECT_EQ(packed_.Choose(avail, must, size), first);
+    }
+    // Shape: must first, no duplicates, all from available, the right count.
+    ASSERT_GE(first.size(), must.size());
+    EXPECT_TRUE(std::equal(must.begin(), must.end(), first.begin()));
+    EXPECT_EQ(std::set<std::string>(first.begin(), first.end()).size(), first.size());
+    std::set<std::string> avail_set(avail.begin(), avail.end());
+    for (size_t i = must.size(); i < first.size(); ++i) EXPECT_TRUE(avail_set.count(first[i]));
+    const size_t usable = avail_set.size() - (must.empty() ? 0 : 1);
+    EXPECT_EQ(first.size(),
+              must.size() + std::min(usable, static_cast<size_t>(std::max<int64_t>(
+                                                 0, size - static_cast<int64_t>(must.size())))));
+  }
+}
+
+// With one device per GPU the policy changes nothing.
+TEST(ReplicaPolicyWholeGpuTest, PackedAnswersLikeDistributed) {
+  for (const char* profile : {"a100-8x-nvswitch", "v100-8x-dgx1", "v100-16x-dgx2"}) {
+    SCOPED_TRACE(profile);
+    const gpu::NodeInventory& inv = Inventory(profile);
+    ASSERT_FALSE(inv.gpus.empty());
+    const PreferredAllocator distributed(inv.topology, GpuDevices(inv));
+    const PreferredAllocator packed(inv.topology, GpuDevices(inv), ReplicaPolicy::kPacked);
+    const int n = static_cast<int>(inv.gpus.size());
+    const auto all = Ids(inv, All(inv));
+    for (int size = 0; size <= n + 1; ++size) {
+      EXPECT_EQ(packed.Choose(all, {}, size), distributed.Choose(all, {}, size)) << size;
+    }
+    std::mt19937 rng(13);
+    for (int trial = 0; trial < 60; ++trial) {
+      std::vector<int> avail, must;
+      for (int g = 0; g < n; ++g) {
+        if (rng() % 4 != 0) avail.push_back(g);
+      }
+      for (int g : avail) {
+        if (rng() % 6 == 0) must.push_back(g);
+      }
+      const int size = static_cast<int>(rng() % static_cast<uint32_t>(n + 2));
+      EXPECT_EQ(packed.Choose(Ids(inv, avail), Ids(inv, must), size),
+                distributed.Choose(Ids(inv, avail), Ids(inv, must), size))
+          << "trial " << trial;
+    }
+  }
+}
+
+TEST(ReplicaPolicyMigTest, PackedFillsTheParentWithFewestFree) {
+  const gpu::NodeInventory& inv = Inventory("a100-mig-mixed");
+  ASSERT_EQ(inv.gpus.size(), 4u);
+  std::vector<AllocatableDevice> devices;
+  std::vector<std::string> ids;
+  for (size_t g = 0; g < inv.gpus.size(); ++g) {
+    for (const auto& mig : inv.gpus[g].mig_devices) {
+      if (mig.profile != "1g.10gb") continue;
+      devices.push_back({mig.uuid, static_cast<int>(g)});
+      ids.push_back(mig.uuid);
+    }
+  }
+  const PreferredAllocator alloc(inv.topology, devices, ReplicaPolicy::kPacked);
+  auto parents = [&](const std::vector<std::string>& got) {
+    std::vector<int> out;
+    for (const auto& id : got) {
+      for (const auto& d : devices) {
+        if (d.id == id) out.push_back(d.gpu);
+      }
+    }
+    return out;
+  };
+  // Two on GPU 0, seven on GPU 1: GPU 0 first, then GPU 1.
+  EXPECT_THAT(parents(alloc.Choose(ids, {}, 1)), ElementsAre(0));
+  EXPECT_THAT(parents(alloc.Choose(ids, {}, 2)), ElementsAre(0, 0));
+  EXPECT_THAT(parents(alloc.Choose(ids, {}, 3)), ElementsAre(0, 0, 1));
+}
+
 // ---- Robustness: what a kubelet may send.
 
 class PreferredAllocatorRobustnessTest : public ::testing::Test {

@@ -271,6 +271,69 @@ TEST_F(PluginTest, TwoResourcesServedAtOnce) {
   EXPECT_EQ(r.response.envs().at("NVIDIA_VISIBLE_DEVICES"), inventory_.gpus[1].uuid);
 }
 
+TEST_F(PluginTest, ReplicaPolicyPackedVersusDistributed) {
+  for (auto policy : {ReplicaPolicy::kPacked, ReplicaPolicy::kDistributed}) {
+    ResourceOptions ropts;
+    ropts.time_slicing.push_back({"nvidia.com/gpu", "", 4, {}});
+    ropts.replica_policy = policy;
+    LoadNode("a100-8x-nvswitch", ropts);
+    StartKubelet();
+    StartPlugin();
+    ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+    // GPU0 has one free replica left; every other GPU has all four.
+    std::vector<std::string> available = {inventory_.gpus[0].uuid + "::3"};
+    for (size_t g = 1; g < inventory_.gpus.size(); ++g) {
+      for (int k = 0; k < 4; ++k) available.push_back(inventory_.gpus[g].uuid + "::" + std::to_string(k));
+    }
+    auto pref = kubelet_->GetPreferredAllocation(kGpu, available, {}, 1);
+    ASSERT_TRUE(pref.status.ok()) << pref.status.error_message();
+    ASSERT_THAT(pref.device_ids, SizeIs(1));
+    if (policy == ReplicaPolicy::kPacked) {
+      EXPECT_EQ(pref.device_ids[0], inventory_.gpus[0].uuid + "::3") << "packed fills the fullest GPU";
+    } else {
+      EXPECT_NE(pref.device_ids[0].rfind(inventory_.gpus[0].uuid, 0), 0u) << "distributed avoids it";
+    }
+    manager_.reset();
+    kubelet_.reset();
+  }
+}
+
+TEST_F(PluginTest, FailRequestsGreaterThanOneOverTheWire) {
+  ResourceOptions ropts;
+  ropts.time_slicing.push_back({"nvidia.com/gpu", "", 2, {}});
+  ropts.fail_requests_greater_than_one = true;
+  LoadNode("t4-1x", ropts);
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  const std::string u = inventory_.gpus[0].uuid;
+  auto two = kubelet_->Allocate(kGpu, {u + "::0", u + "::1"});
+  EXPECT_EQ(two.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(two.status.error_message(), HasSubstr("failRequestsGreaterThanOne"));
+  EXPECT_TRUE(kubelet_->Allocate(kGpu, {u + "::1"}).status.ok());
+}
+
+TEST_F(PluginTest, GpuFailingUnderReplicasAndMigMarksEveryChild) {
+  ResourceOptions ropts;
+  ropts.mig_strategy = MigStrategy::kMixed;
+  ropts.time_slicing.push_back({"nvidia.com/mig-1g.10gb", "", 2, {}});
+  LoadNode("a100-mig-mixed", ropts);
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration("nvidia.com/mig-1g.10gb", 5s));
+  ASSERT_TRUE(WaitAllHealthy("nvidia.com/mig-1g.10gb", 18));
+  const std::string sick = inventory_.gpus[1].uuid;  // 7 x 1g.10gb → 14 replicas
+  manager_->Update(WithHealth(*set_, {{sick, "XID 79"}}));
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      "nvidia.com/mig-1g.10gb",
+      [](const std::vector<v1beta1::Device>& devs) {
+        int unhealthy = 0;
+        for (const auto& d : devs) unhealthy += d.health() == "Unhealthy";
+        return unhealthy == 14;
+      },
+      5s));
+}
+
 TEST_F(PluginTest, MixedMigAdvertisesOneResourcePerProfile) {
   ResourceOptions ropts;
   ropts.mig_strategy = MigStrategy::kMixed;

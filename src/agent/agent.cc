@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "agent/labels.h"
 #include "gpu/nvml_backend.h"
 
 namespace danqing::agent {
@@ -131,6 +132,10 @@ Result<std::shared_ptr<const deviceplugin::ResourceSet>> Agent::Build(
   auto set = deviceplugin::BuildResources(*inv, *ropts);
   if (!set.ok()) return set.status();
   for (const auto& w : (*set)->warnings) spdlog::warn("agent: {}", w);
+  if (!cfg.danqing.node_features_file.empty()) {
+    Status st = WriteFeatureFile(cfg.danqing.node_features_file, NodeLabels(*inv, **set, cfg));
+    if (!st.ok()) spdlog::info("agent: node labels not written: {}", st.message());
+  }
   for (const auto& r : (*set)->resources) {
     spdlog::info("agent: resource={} devices={} replicas={}", r.name, r.devices.size(), r.replicas);
   }

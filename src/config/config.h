@@ -187,6 +187,9 @@ struct DanqingSettings {
   // replicaPolicy: how a request for time-sliced replicas is placed:
   // "distributed" spreads over GPUs (least loaded first), "packed" fills one GPU first.
   std::string replica_policy = "distributed";
+  // nodeFeaturesFile: where GPU node labels are written for node-feature-discovery
+  // (its local source directory); empty = do not write labels.
+  std::string node_features_file = "/etc/kubernetes/node-feature-discovery/features.d/danqing";
 
   bool operator==(const DanqingSettings&) const = default;
 };
@@ -271,6 +274,7 @@ struct CommandLine {
   std::optional<std::string> health_check_interval;  // --health-check-interval
   std::optional<std::string> log_level;              // --log-level
   std::optional<std::string> replica_policy;         // --replica-policy
+  std::optional<std::string> node_features_file;     // --node-features-file
 };
 
 // How a flag takes its value, for registering it with a flag parser.

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -32,6 +33,14 @@ class DaemonTest : public ::testing::Test {
     dir_ = "/tmp/dqd-" + std::to_string(getpid());
     std::filesystem::create_directories(dir_);
     config_ = dir_ + "/config.yaml";
+    std::filesystem::create_directories(dir_ + "/nfd");
+  }
+
+  std::string Labels() const {
+    std::ifstream in(dir_ + "/nfd/danqing");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -39,7 +48,8 @@ class DaemonTest : public ::testing::Test {
     return {DANQING_DEVICE_PLUGIN_BIN,       "--device-plugin-path", dir_,
             "--nvml-lib",                    danqing::testing::FakeNvmlLibrary(),
             "--config-file",                 config_,
-            "--cdi-root",                    dir_ + "/cdi"};
+            "--cdi-root",                    dir_ + "/cdi",
+            "--node-features-file",          dir_ + "/nfd/danqing"};
   }
 
   std::string dir_;
@@ -57,6 +67,9 @@ TEST_F(DaemonTest, ServesReloadsAndStopsCleanly) {
   ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu", 10s)) << daemon.Output();
   ASSERT_TRUE(kubelet.WaitForDevices(
       "nvidia.com/gpu", [](const auto& devs) { return devs.size() == 8; }, 5s));
+  EXPECT_THAT(Labels(), HasSubstr("nvidia.com/gpu.count=8\n"));
+  EXPECT_THAT(Labels(), HasSubstr("nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB\n"));
+  EXPECT_THAT(Labels(), HasSubstr("nvidia.com/gpu.replicas=1\n"));
 
   // Reload with time-slicing: the shared resource appears without a restart of the process.
   std::ofstream(config_) << R"(version: v1
@@ -71,6 +84,8 @@ sharing:
   ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu.shared", 10s)) << daemon.Output();
   ASSERT_TRUE(kubelet.WaitForDevices(
       "nvidia.com/gpu.shared", [](const auto& devs) { return devs.size() == 16; }, 5s));
+  EXPECT_THAT(Labels(), HasSubstr("nvidia.com/gpu.replicas=2\n"));
+  EXPECT_THAT(Labels(), HasSubstr("nvidia.com/gpu.sharing-strategy=time-slicing\n"));
 
   // A broken config on reload keeps the running one.
   std::ofstream(config_) << "version: v1\nflags:\n  migStrategy: sometimes\n";

@@ -8,7 +8,8 @@ FAKE_LIB=build/default/testing/fake-nvml/lib/libnvidia-ml.so.1
 rc=0
 "$BIN" gpus 2>/tmp/danqing-run.$$ || rc=$?
 if [ "$rc" -eq 3 ]; then
-  echo "No NVIDIA driver on this machine ($(head -c 200 /tmp/danqing-run.$$))."
+  echo "No NVIDIA driver on this machine:"
+  sed 's/^/  /' /tmp/danqing-run.$$
   echo "Showing the fake 8x A100-SXM4-80GB node (testing/fake-nvml/profiles/a100-8x-nvswitch.json):"
   echo
   FAKE_NVML_PROFILE=testing/fake-nvml/profiles/a100-8x-nvswitch.json \

@@ -1,13 +1,10 @@
 #include "agent/labels.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
+
+#include "common/atomic_file.h"
 
 namespace danqing::agent {
 
@@ -85,19 +82,9 @@ Status WriteFeatureFile(const std::string& path, const Labels& labels) {
     return Unavailable("node feature directory " + p.parent_path().string() +
                        " does not exist (is node-feature-discovery installed?)");
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& [k, v] : labels) out << k << '=' << v << '\n';
-    out.flush();
-    if (!out) return Unavailable("cannot write " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return Unavailable("cannot rename " + tmp + " to " + path + ": " + why);
-  }
-  return Status::Ok();
+  std::string body;
+  for (const auto& [k, v] : labels) body += k + '=' + v + '\n';
+  return WriteFileAtomically(path, body);
 }
 
 }  // namespace danqing::agent

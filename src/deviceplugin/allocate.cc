@@ -1,14 +1,12 @@
 #include "deviceplugin/allocate.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include "common/atomic_file.h"
 
 namespace danqing::deviceplugin {
 namespace {
@@ -196,31 +194,7 @@ Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root, const A
   std::error_code ec;
   fs::create_directories(cdi_root, ec);
   if (ec) return Unavailable("cannot create CDI directory " + cdi_root + ": " + ec.message());
-  const std::string final_path = cdi_root + "/" + file_name + ".json";
-  const std::string tmp_path = final_path + ".tmp." + std::to_string(getpid());
-  const std::string body = spec.dump(2) + "\n";
-  int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Unavailable("cannot write " + tmp_path + ": " + std::strerror(errno));
-  size_t off = 0;
-  while (off < body.size()) {
-    ssize_t n = ::write(fd, body.data() + off, body.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp_path.c_str());
-      return Unavailable("cannot write " + tmp_path + ": " + why);
-    }
-    off += static_cast<size_t>(n);
-  }
-  ::fsync(fd);
-  ::close(fd);
-  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp_path.c_str());
-    return Unavailable("cannot rename " + tmp_path + " to " + final_path + ": " + why);
-  }
-  return Status::Ok();
+  return WriteFileAtomically(cdi_root + "/" + file_name + ".json", spec.dump(2) + "\n");
 }
 
 }  // namespace danqing::deviceplugin

@@ -29,3 +29,25 @@ if ((${#missing[@]})); then
 else
   echo "setup: all Debian packages present"
 fi
+
+# npm packages (exact versions in package.json / package-lock.json): stroke
+# data for the renderer and the browser driver for the web-page tests. Node.js
+# comes from Debian when the machine has none.
+cd "$(dirname "$0")/.."
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup: installing nodejs npm"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+if ! cmp -s package-lock.json node_modules/.danqing-lock 2>/dev/null; then
+  # npm ci installs exactly the lock file; the copy of the lock it installed
+  # makes an unchanged lock a no-op next time.
+  echo "setup: npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  cp package-lock.json node_modules/.danqing-lock
+else
+  echo "setup: npm packages present"
+fi

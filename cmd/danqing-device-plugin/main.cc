@@ -3,6 +3,7 @@
 //
 //   danqing-device-plugin [flags]          serve the kubelet (the DaemonSet's command)
 //   danqing-device-plugin gpus [--json]    show what the agent sees on this node
+//   danqing-device-plugin doctor           check the node and say how to fix it
 //
 // Flags, environment variables and the config file follow NVIDIA's
 // k8s-device-plugin (flags > environment > file); see docs/configuration.md.
@@ -20,6 +21,7 @@
 #include <string>
 
 #include "agent/agent.h"
+#include "agent/doctor.h"
 #include "common/file_watcher.h"
 #include "common/log.h"
 #include "config/config.h"
@@ -139,6 +141,7 @@ int Serve(const danqing::config::CommandLine& cl, danqing::config::Config cfg) {
 
 int main(int argc, char** argv) {
   CLI::App app{"danqing-device-plugin: the Danqing GPU node agent for Kubernetes"};
+  app.set_version_flag("--version", "danqing-device-plugin " DANQING_VERSION);
   app.fallthrough();  // global flags may follow the subcommand too
   danqing::config::CommandLine cl;
   AddConfigFlags(app, cl);
@@ -149,6 +152,9 @@ int main(int argc, char** argv) {
       "gpus", "Show the GPUs, MIG devices, topology and health sensors this node agent sees");
   gpus->add_flag("--json", json, "Machine-readable JSON instead of a table");
   gpus->add_flag("--no-sensors", no_sensors, "Inventory and topology only");
+  CLI::App* doctor = app.add_subcommand(
+      "doctor", "Check this node (driver, device nodes, kubelet, CDI, runtime, config, GPU health) "
+                "and print each finding with a fix; exit 1 when something failed");
 
   try {
     app.parse(argc, argv);
@@ -157,6 +163,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   auto cfg = danqing::config::Resolve(cl, danqing::config::ProcessEnvironment());
+  if (*doctor) {
+    (void)danqing::log::Configure("error");  // the findings are the output
+    const auto findings = danqing::agent::RunDoctor(cfg, danqing::agent::NvmlBackendFactory());
+    std::cout << danqing::agent::RenderFindings(findings);
+    return danqing::agent::AnyFailed(findings) ? kExitFailure : 0;
+  }
   if (!cfg.ok()) return Fail(cfg.status());
   if (auto st = danqing::log::Configure(cfg->danqing.log_level); !st.ok()) return Fail(st);
   if (*gpus) return RunGpus(*cfg, json, no_sensors);

@@ -68,6 +68,17 @@ Result<deviceplugin::ResourceOptions> ResourceOptionsFrom(const config::Config& 
   return o;
 }
 
+Result<health::CheckerOptions> HealthOptionsFrom(const config::Config& cfg) {
+  auto policy = health::XidPolicy::Make(cfg.danqing.disable_health_checks, cfg.danqing.enable_health_checks,
+                                        cfg.danqing.reset_xids);
+  if (!policy.ok()) return policy.status();
+  health::CheckerOptions o;
+  o.monitor.policy = std::move(policy).value();
+  o.monitor.quiet_period = std::chrono::duration_cast<health::Clock::duration>(cfg.danqing.xid_quiet_period);
+  o.poll_interval = std::chrono::duration_cast<health::Clock::duration>(cfg.danqing.health_check_interval);
+  return o;
+}
+
 deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg) {
   deviceplugin::ManagerOptions m;
   m.plugin_dir = cfg.danqing.device_plugin_path;
@@ -87,36 +98,7 @@ Agent::Agent(BackendFactory factory, std::function<void()> request_reload)
 
 Agent::~Agent() { Stop(); }
 
-void Agent::StartEvents() {
-  if (!request_reload_ || !backend_) return;
-  auto stream = backend_->WatchEvents({});
-  if (!stream.ok()) {
-    spdlog::warn("agent: no device events ({}); MIG changes need a reload", stream.status().ToString());
-    return;
-  }
-  events_stop_ = false;
-  events_ = std::thread([this, s = std::shared_ptr<gpu::EventStream>(std::move(stream).value())] {
-    while (!events_stop_) {
-      auto ev = s->Wait(std::chrono::milliseconds(200));
-      if (!ev.ok()) {
-        spdlog::warn("agent: device event stream failed: {}", ev.status().ToString());
-        return;
-      }
-      if (ev->has_value() && (*ev)->kind == gpu::EventKind::kMigConfigChange) {
-        spdlog::info("agent: MIG layout changed on {}; rediscovering", (*ev)->uuid);
-        request_reload_();
-      }
-    }
-  });
-}
-
-void Agent::StopEvents() {
-  events_stop_ = true;
-  if (events_.joinable()) events_.join();
-}
-
-Result<std::shared_ptr<const deviceplugin::ResourceSet>> Agent::Build(
-    const config::Config& cfg, std::unique_ptr<gpu::GpuBackend>& backend) {
+Result<Agent::Built> Agent::Build(const config::Config& cfg, std::unique_ptr<gpu::GpuBackend>& backend) {
   if (!backend) {
     auto b = factory_(cfg);
     if (!b.ok()) return b.status();
@@ -139,57 +121,185 @@ Result<std::shared_ptr<const deviceplugin::ResourceSet>> Agent::Build(
   for (const auto& r : (*set)->resources) {
     spdlog::info("agent: resource={} devices={} replicas={}", r.name, r.devices.size(), r.replicas);
   }
-  return set;
+  return Built{std::move(inv).value(), std::move(set).value()};
 }
 
-Status Agent::Start(const config::Config& cfg) {
-  for (const auto& ignored : config::AcceptedButIgnored(cfg)) {
-    spdlog::info("agent: setting has no effect in Danqing: {}", ignored.ToString());
-  }
-  nvml_lib_ = cfg.danqing.nvml_lib;
-  auto set = Build(cfg, backend_);
-  if (!set.ok()) {
-    if (cfg.flags.fail_on_init_error) return set.status();
-    spdlog::error("agent: {} (failOnInitError=false: advertising no GPUs)", set.status().ToString());
-    set = deviceplugin::BuildResources(gpu::NodeInventory{}, deviceplugin::ResourceOptions{});
-    if (!set.ok()) return set.status();
-  }
-  manager_options_ = ManagerOptionsFrom(cfg);
-  manager_ = std::make_unique<deviceplugin::PluginManager>(manager_options_);
-  if (Status st = manager_->Start(*set); !st.ok()) return st;
-  StartEvents();
+void Agent::Publish(const std::map<std::string, std::string>& unhealthy) {
+  std::lock_guard lock(publish_mu_);
+  unhealthy_ = unhealthy;
+  if (manager_ && base_) manager_->Update(deviceplugin::WithHealth(*base_, unhealthy_));
+}
+
+void Agent::SetBase(std::shared_ptr<const deviceplugin::ResourceSet> set) {
+  std::lock_guard lock(publish_mu_);
+  base_ = std::move(set);
+  if (manager_) manager_->Update(deviceplugin::WithHealth(*base_, unhealthy_));
+}
+
+Status Agent::StartChecker(const config::Config& cfg, const gpu::NodeInventory& inventory) {
+  auto opts = HealthOptionsFrom(cfg);
+  if (!opts.ok()) return opts.status();
+  StopChecker();
+  checker_options_ = *opts;
+  checker_ = std::make_unique<health::Checker>(
+      *backend_, std::move(opts).value(),
+      [this](const std::map<std::string, std::string>& unhealthy) { Publish(unhealthy); },
+      [this] {
+        if (request_reload_) {
+          request_reload_();
+        } else {
+          spdlog::info("agent: MIG layout changed; it is picked up on the next reload");
+        }
+      });
+  checker_->Start(inventory);
   return Status::Ok();
 }
 
-Status Agent::Reload(const config::Config& cfg) {
-  // The running backend rediscovers; only a changed NVML library path needs a
-  // new one, which replaces the running one once the new configuration built.
-  const bool new_backend = !backend_ || cfg.danqing.nvml_lib != nvml_lib_;
-  std::unique_ptr<gpu::GpuBackend> fresh;
-  auto set = Build(cfg, new_backend ? fresh : backend_);
-  if (!set.ok()) return set.status().WithContext("reload kept the running configuration");
-  if (new_backend) {
-    StopEvents();
-    backend_ = std::move(fresh);
-    nvml_lib_ = cfg.danqing.nvml_lib;
-    StartEvents();
+void Agent::StopChecker() {
+  if (!checker_) return;
+  checker_->Stop();
+  checker_.reset();
+  Publish({});  // no checker, no health conditions
+}
+
+Status Agent::Start(const config::Config& cfg) {
+  std::unique_lock lock(state_mu_);
+  for (const auto& ignored : config::AcceptedButIgnored(cfg)) {
+    spdlog::info("agent: setting has no effect in Danqing: {}", ignored.ToString());
   }
-  auto mopts = ManagerOptionsFrom(cfg);
-  if (manager_ && mopts == manager_options_) {
-    manager_->Update(*set);
-    spdlog::info("agent: reloaded; resources republished");
+  if (auto h = HealthOptionsFrom(cfg); !h.ok()) return h.status();
+  cfg_ = cfg;
+  nvml_lib_ = cfg.danqing.nvml_lib;
+  manager_options_ = ManagerOptionsFrom(cfg);
+  auto built = Build(cfg, backend_);
+  if (!built.ok()) {
+    if (cfg.flags.fail_on_init_error) return built.status();
+    spdlog::error("agent: {} (failOnInitError=false: advertising no GPUs, retrying every {} s)",
+                  built.status().ToString(),
+                  std::chrono::duration_cast<std::chrono::seconds>(cfg.danqing.init_retry_interval).count());
+    backend_.reset();
+    auto empty = deviceplugin::BuildResources(gpu::NodeInventory{}, deviceplugin::ResourceOptions{});
+    if (!empty.ok()) return empty.status();
+    base_ = std::move(empty).value();
+    degraded_ = true;
+  } else {
+    base_ = built->set;
+  }
+  {
+    std::lock_guard plock(publish_mu_);
+    manager_ = std::make_unique<deviceplugin::PluginManager>(manager_options_);
+    if (Status st = manager_->Start(deviceplugin::WithHealth(*base_, unhealthy_)); !st.ok()) return st;
+  }
+  if (degraded_) {
+    retry_stop_ = false;
+    retry_ = std::thread([this] { RetryLoop(); });
     return Status::Ok();
   }
-  if (manager_) manager_->Stop();
-  manager_options_ = mopts;
-  manager_ = std::make_unique<deviceplugin::PluginManager>(manager_options_);
-  spdlog::info("agent: reloaded; plugin servers restarted with new options");
-  return manager_->Start(*set);
+  return StartChecker(cfg, built->inventory);
+}
+
+void Agent::RetryLoop() {
+  while (true) {
+    config::Duration wait;
+    {
+      std::lock_guard lock(state_mu_);
+      wait = cfg_.danqing.init_retry_interval;
+    }
+    {
+      std::unique_lock lock(retry_mu_);
+      if (retry_cv_.wait_for(lock, wait, [this] { return retry_stop_; })) return;
+    }
+    std::lock_guard lock(state_mu_);
+    if (!degraded_) return;  // a reload succeeded meanwhile
+    std::unique_ptr<gpu::GpuBackend> fresh;
+    auto built = Build(cfg_, fresh);
+    if (!built.ok()) {
+      spdlog::warn("agent: still no GPUs: {}", built.status().ToString());
+      continue;
+    }
+    backend_ = std::move(fresh);
+    nvml_lib_ = cfg_.danqing.nvml_lib;
+    degraded_ = false;
+    SetBase(built->set);
+    if (Status st = StartChecker(cfg_, built->inventory); !st.ok()) {
+      spdlog::error("agent: health checks not started: {}", st.ToString());
+    }
+    spdlog::info("agent: GPUs discovered after a failed start; now serving them");
+    return;
+  }
+}
+
+Status Agent::Reload(const config::Config& cfg) {
+  std::unique_lock lock(state_mu_);
+  auto health_opts = HealthOptionsFrom(cfg);
+  if (!health_opts.ok()) return health_opts.status().WithContext("reload kept the running configuration");
+  // The running backend rediscovers; only a changed NVML library path (or a
+  // start without any) needs a new one, which replaces the running one once
+  // the new configuration built.
+  const bool new_backend = !backend_ || cfg.danqing.nvml_lib != nvml_lib_;
+  std::unique_ptr<gpu::GpuBackend> fresh;
+  if (degraded_) cfg_ = cfg;  // the retry thread uses the newest configuration
+  auto built = Build(cfg, new_backend ? fresh : backend_);
+  if (!built.ok()) return built.status().WithContext("reload kept the running configuration");
+  const bool health_changed =
+      !checker_ || cfg.danqing.disable_health_checks != cfg_.danqing.disable_health_checks ||
+      cfg.danqing.enable_health_checks != cfg_.danqing.enable_health_checks ||
+      cfg.danqing.reset_xids != cfg_.danqing.reset_xids ||
+      cfg.danqing.xid_quiet_period != cfg_.danqing.xid_quiet_period ||
+      cfg.danqing.health_check_interval != cfg_.danqing.health_check_interval;
+  if (new_backend || health_changed) StopChecker();  // it holds a reference to backend_
+  if (new_backend) {
+    backend_ = std::move(fresh);
+    nvml_lib_ = cfg.danqing.nvml_lib;
+  }
+  degraded_ = false;
+  cfg_ = cfg;
+  auto mopts = ManagerOptionsFrom(cfg);
+  Status result = Status::Ok();
+  if (mopts == manager_options_) {
+    SetBase(built->set);
+    spdlog::info("agent: reloaded; resources republished");
+  } else {
+    std::lock_guard plock(publish_mu_);
+    if (manager_) manager_->Stop();
+    manager_options_ = mopts;
+    base_ = built->set;
+    manager_ = std::make_unique<deviceplugin::PluginManager>(manager_options_);
+    spdlog::info("agent: reloaded; plugin servers restarted with new options");
+    result = manager_->Start(deviceplugin::WithHealth(*base_, unhealthy_));
+  }
+  if (checker_) {
+    checker_->SetInventory(built->inventory);
+  } else if (Status st = StartChecker(cfg, built->inventory); !st.ok()) {
+    return st;
+  }
+  return result;
 }
 
 void Agent::Stop() {
-  StopEvents();
+  {
+    std::lock_guard lock(retry_mu_);
+    retry_stop_ = true;
+  }
+  retry_cv_.notify_all();
+  if (retry_.joinable()) retry_.join();
+  std::lock_guard lock(state_mu_);
+  if (checker_) {
+    checker_->Stop();
+    checker_.reset();
+  }
+  std::lock_guard plock(publish_mu_);
   if (manager_) manager_->Stop();
+}
+
+std::vector<health::DeviceHealth> Agent::Health() const {
+  std::lock_guard lock(state_mu_);
+  return checker_ ? checker_->Snapshot() : std::vector<health::DeviceHealth>{};
+}
+
+std::map<std::string, uint64_t> Agent::HealthTransitions() const {
+  std::lock_guard lock(state_mu_);
+  return checker_ ? checker_->transitions() : std::map<std::string, uint64_t>{};
 }
 
 }  // namespace danqing::agent

@@ -2,18 +2,28 @@
 // running system: NVML backend → inventory → advertised resources → kubelet
 // plugin servers, and rebuilds it all on reload (SIGHUP).
 //
-// Thread-safety: Start/Reload/Stop from one thread (main's signal loop).
+// Health: a health::Checker follows the backend's events and polls its
+// sensors; every change is published as the same resources with devices
+// marked unhealthy (deviceplugin::WithHealth), so ListAndWatch carries it.
+//
+// Thread-safety: Start/Reload/Stop from one thread (main's signal loop); the
+// health checker and the init-retry thread publish concurrently, under the
+// agent's locks. Accessors may be called from any thread.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
-#include <thread>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "common/status.h"
 #include "config/config.h"
 #include "deviceplugin/plugin_manager.h"
 #include "gpu/backend.h"
+#include "health/checker.h"
 
 namespace danqing::agent {
 
@@ -25,6 +35,8 @@ BackendFactory NvmlBackendFactory();
 // The resource options the configuration asks for.
 Result<deviceplugin::ResourceOptions> ResourceOptionsFrom(const config::Config& cfg);
 deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg);
+// The health checker's options; INVALID_ARGUMENT for a bad XID selection.
+Result<health::CheckerOptions> HealthOptionsFrom(const config::Config& cfg);
 
 class Agent {
  public:
@@ -37,7 +49,8 @@ class Agent {
 
   // Discovers GPUs and serves their resources. With failOnInitError (the
   // default) an NVML or resource error is returned; without it the agent
-  // logs the error and advertises nvidia.com/gpu with no devices.
+  // logs the error, advertises nvidia.com/gpu with no devices, and retries
+  // every initRetryInterval until discovery succeeds.
   Status Start(const config::Config& cfg);
 
   // Applies a new configuration: rediscovers and republishes; restarts the
@@ -49,23 +62,51 @@ class Agent {
 
   const deviceplugin::PluginManager* manager() const { return manager_.get(); }
 
- private:
-  // Discovers through `backend` (created from the factory when null).
-  Result<std::shared_ptr<const deviceplugin::ResourceSet>> Build(
-      const config::Config& cfg, std::unique_ptr<gpu::GpuBackend>& backend);
+  // The health of every tracked device (empty while no GPU is served).
+  std::vector<health::DeviceHealth> Health() const;
+  // Health transitions so far ("unhealthy/xid" → count).
+  std::map<std::string, uint64_t> HealthTransitions() const;
+  // True while failOnInitError=false kept the agent up without GPUs.
+  bool degraded() const { return degraded_; }
 
-  // Follows the backend's events; today it acts on MIG re-partitions.
-  void StartEvents();
-  void StopEvents();
+ private:
+  struct Built {
+    gpu::NodeInventory inventory;
+    std::shared_ptr<const deviceplugin::ResourceSet> set;
+  };
+  // Discovers through `backend` (created from the factory when null).
+  Result<Built> Build(const config::Config& cfg, std::unique_ptr<gpu::GpuBackend>& backend);
+
+  // Publishes `base_` with the given health to the plugin servers.
+  void Publish(const std::map<std::string, std::string>& unhealthy);
+  // Replaces the base resources and republishes (state_mu_ held).
+  void SetBase(std::shared_ptr<const deviceplugin::ResourceSet> set);
+  // (Re)creates the health checker over backend_ (state_mu_ held).
+  Status StartChecker(const config::Config& cfg, const gpu::NodeInventory& inventory);
+  void StopChecker();
+  void RetryLoop();
 
   BackendFactory factory_;
   std::function<void()> request_reload_;
+
+  mutable std::mutex state_mu_;  // Start/Reload/Stop vs the init-retry thread and accessors
+  config::Config cfg_;
   std::unique_ptr<gpu::GpuBackend> backend_;
   std::string nvml_lib_;  // the library backend_ was created for
-  std::thread events_;
-  std::atomic<bool> events_stop_{false};
-  std::unique_ptr<deviceplugin::PluginManager> manager_;
+  std::unique_ptr<health::Checker> checker_;
+  std::optional<health::CheckerOptions> checker_options_;
   deviceplugin::ManagerOptions manager_options_;
+
+  mutable std::mutex publish_mu_;  // taken inside the checker's lock
+  std::shared_ptr<const deviceplugin::ResourceSet> base_;
+  std::map<std::string, std::string> unhealthy_;
+  std::unique_ptr<deviceplugin::PluginManager> manager_;
+
+  std::atomic<bool> degraded_{false};
+  std::mutex retry_mu_;
+  std::condition_variable retry_cv_;
+  bool retry_stop_ = false;
+  std::thread retry_;
 };
 
 }  // namespace danqing::agent

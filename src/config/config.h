@@ -190,6 +190,16 @@ struct DanqingSettings {
   // nodeFeaturesFile: where GPU node labels are written for node-feature-discovery
   // (its local source directory); empty = do not write labels.
   std::string node_features_file = "/etc/kubernetes/node-feature-discovery/features.d/danqing";
+  // Health checks (src/health): NVIDIA's DP_DISABLE_HEALTHCHECKS and
+  // DP_ENABLE_HEALTHCHECKS ("all", "xids" or comma-separated XIDs), XIDs that
+  // need a GPU reset on top of the built-in ones, and how long a device must
+  // go without a new error of the recoverable kind before it is healthy again.
+  std::string disable_health_checks;  // disableHealthChecks
+  std::string enable_health_checks;   // enableHealthChecks
+  std::vector<int> reset_xids;        // resetXids
+  Duration xid_quiet_period = std::chrono::minutes(5);  // xidQuietPeriod; >= 0
+  // failOnInitError=false: how often NVML is retried while no GPU is served.
+  Duration init_retry_interval = std::chrono::seconds(30);  // initRetryInterval; > 0
 
   bool operator==(const DanqingSettings&) const = default;
 };
@@ -275,6 +285,11 @@ struct CommandLine {
   std::optional<std::string> log_level;              // --log-level
   std::optional<std::string> replica_policy;         // --replica-policy
   std::optional<std::string> node_features_file;     // --node-features-file
+  std::optional<std::string> disable_health_checks;  // --disable-health-checks
+  std::optional<std::string> enable_health_checks;   // --enable-health-checks
+  std::optional<std::string> reset_xids;             // --reset-xids
+  std::optional<std::string> xid_quiet_period;       // --xid-quiet-period
+  std::optional<std::string> init_retry_interval;    // --init-retry-interval
 };
 
 // How a flag takes its value, for registering it with a flag parser.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <limits>
@@ -473,6 +474,20 @@ std::string CheckSocketPath(std::string_view path) {
   if (path.size() > kMaxSocketPath) {
     return "socket path " + Quote(path) + " is longer than " + std::to_string(kMaxSocketPath) +
            " bytes, the limit of a unix socket address";
+  }
+  return "";
+}
+
+std::string CheckXidSelection(std::string_view text) {
+  for (const std::string& raw : SplitList(text)) {
+    std::string item = raw;
+    for (char& ch : item) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (item.empty() || item == "all" || item == "xids") continue;
+    if (!std::all_of(item.begin(), item.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) ||
+        item.size() > 9) {
+      return Quote(raw) + " is not an XID; expected \"all\", \"xids\" or comma-separated XID numbers "
+             "such as \"13,31,43\"";
+    }
   }
   return "";
 }

@@ -71,6 +71,9 @@ std::string CheckAbsolutePath(std::string_view path);
 // An absolute path short enough for a unix socket (sun_path, 107 bytes).
 std::string CheckSocketPath(std::string_view path);
 
+// "all", "xids" or comma-separated non-negative integers (DP_DISABLE_HEALTHCHECKS).
+std::string CheckXidSelection(std::string_view text);
+
 // Splits "a, b,c" on commas and trims blanks around items; an empty item is
 // kept (as "") so callers can reject it.
 std::vector<std::string> SplitList(std::string_view text);

@@ -1,0 +1,264 @@
+#include "agent/doctor.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "health/monitor.h"
+
+namespace danqing::agent {
+namespace {
+
+using Level = Finding::Level;
+
+enum class Kind { kMissing, kDir, kSocket, kCharDevice, kOther };
+
+Kind KindOf(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Kind::kMissing;
+  if (S_ISDIR(st.st_mode)) return Kind::kDir;
+  if (S_ISSOCK(st.st_mode)) return Kind::kSocket;
+  if (S_ISCHR(st.st_mode)) return Kind::kCharDevice;
+  return Kind::kOther;
+}
+
+// Connects to a unix socket: is someone listening?
+bool Listening(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string Join(const std::string& root, const std::string& path) {
+  if (root.empty() || root == "/") return path;
+  return (root.back() == '/' ? root.substr(0, root.size() - 1) : root) + path;
+}
+
+bool UsesCdi(const config::Config& cfg) {
+  const auto& s = cfg.flags.plugin.device_list_strategy;
+  return std::find(s.begin(), s.end(), config::DeviceListStrategy::kCdiAnnotations) != s.end() ||
+         std::find(s.begin(), s.end(), config::DeviceListStrategy::kCdiCri) != s.end();
+}
+
+std::optional<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Findings {
+ public:
+  void Add(Level level, std::string check, std::string detail, std::string fix = {}) {
+    list.push_back(Finding{level, std::move(check), std::move(detail), std::move(fix)});
+  }
+  std::vector<Finding> list;
+};
+
+void CheckKubelet(const config::Config& cfg, Findings& f) {
+  const std::string& dir = cfg.danqing.device_plugin_path;
+  if (KindOf(dir) != Kind::kDir) {
+    f.Add(Level::kFail, "kubelet directory", dir + " does not exist or is not a directory",
+          "mount the kubelet's device-plugin directory into the agent (hostPath " + dir +
+              "), or set danqing.devicePluginPath to where the kubelet keeps it");
+    return;
+  }
+  f.Add(Level::kOk, "kubelet directory", dir);
+  const std::string sock = dir + "/kubelet.sock";
+  const Kind k = KindOf(sock);
+  if (k == Kind::kMissing) {
+    f.Add(Level::kFail, "kubelet socket", sock + " does not exist",
+          "is the kubelet running on this node? The agent registers as soon as it appears");
+  } else if (k != Kind::kSocket) {
+    f.Add(Level::kFail, "kubelet socket", sock + " is not a socket", "remove it; the kubelet recreates it");
+  } else if (!Listening(sock)) {
+    f.Add(Level::kFail, "kubelet socket", sock + " exists but nobody answers on it",
+          "the kubelet is down or restarting: `systemctl status kubelet`");
+  } else {
+    f.Add(Level::kOk, "kubelet socket", sock + " answers");
+  }
+  const std::string& pr = cfg.danqing.pod_resources_socket;
+  if (KindOf(pr) == Kind::kSocket && Listening(pr)) {
+    f.Add(Level::kOk, "pod-resources socket", pr + " answers");
+  } else {
+    f.Add(Level::kWarn, "pod-resources socket", pr + " is missing or does not answer",
+          "mount /var/lib/kubelet/pod-resources into the agent; without it metrics carry no pod labels");
+  }
+}
+
+void CheckCdi(const config::Config& cfg, const DoctorOptions& options, Findings& f) {
+  const bool uses = UsesCdi(cfg);
+  const std::string& root = cfg.danqing.cdi_root;
+  if (KindOf(root) != Kind::kDir || ::access(root.c_str(), W_OK) != 0) {
+    f.Add(uses ? Level::kFail : Level::kInfo, "CDI directory",
+          root + " is missing or not writable" + (uses ? "" : " (not needed: no CDI device list strategy)"),
+          uses ? "mount " + root + " read-write into the agent (hostPath), or set danqing.cdiRoot" : "");
+  } else {
+    f.Add(Level::kOk, "CDI directory", root + " is writable");
+  }
+  if (!uses) return;
+  if (auto text = ReadText(options.containerd_config)) {
+    const bool enabled = text->find("enable_cdi = true") != std::string::npos ||
+                         text->find("enable_cdi=true") != std::string::npos;
+    const bool disabled = text->find("enable_cdi = false") != std::string::npos;
+    if (enabled) {
+      f.Add(Level::kOk, "containerd CDI", options.containerd_config + " has enable_cdi = true");
+    } else {
+      f.Add(disabled ? Level::kFail : Level::kWarn, "containerd CDI",
+            options.containerd_config + (disabled ? " sets enable_cdi = false" : " does not set enable_cdi"),
+            "set enable_cdi = true (and cdi_spec_dirs to include " + root +
+                ") in the CRI plugin section and restart containerd; containerd 2.0 enables it by default");
+    }
+  } else if (ReadText(options.crio_config)) {
+    f.Add(Level::kOk, "CRI-O CDI", "CRI-O enables CDI by default (" + options.crio_config + ")");
+  } else {
+    f.Add(Level::kInfo, "container runtime CDI", "no runtime configuration readable here; not checked");
+  }
+}
+
+void CheckGpus(const config::Config& cfg, const BackendFactory& factory, Findings& f) {
+  auto backend = factory(cfg);
+  if (!backend.ok()) {
+    f.Add(Level::kFail, "NVIDIA driver (NVML)", backend.status().ToString(),
+          "install the NVIDIA driver on the node and make libnvidia-ml.so.1 visible to the agent "
+          "(the NVIDIA container runtime, a driver-root mount with --nvidia-driver-root, or --nvml-lib)");
+    return;
+  }
+  f.Add(Level::kOk, "NVIDIA driver (NVML)", (*backend)->Describe());
+  auto inv = (*backend)->Discover();
+  if (!inv.ok()) {
+    f.Add(Level::kFail, "GPUs", inv.status().ToString(), "check `nvidia-smi` on the node; look for XIDs in dmesg");
+    return;
+  }
+  f.Add(inv->gpus.empty() ? Level::kWarn : Level::kOk, "GPUs",
+        std::to_string(inv->gpus.size()) + " GPU(s), driver " + inv->driver_version,
+        inv->gpus.empty() ? "no GPU is visible: is this a GPU node, and is the agent's pod given the GPUs?" : "");
+  for (const auto& e : inv->errors) {
+    f.Add(Level::kFail, "GPU " + std::to_string(e.index), e.uuid + " cannot be read: " + e.status.ToString(),
+          "the GPU is not served; check `nvidia-smi -q -i " + std::to_string(e.index) +
+              "` and dmesg for XID 79 (fell off the bus); a reset or reboot may be needed");
+  }
+  for (const auto& disabled : inv->disabled_features) {
+    f.Add(Level::kInfo, "driver features", disabled);
+  }
+
+  // Device nodes the containers get.
+  const std::string dev_root =
+      cfg.flags.nvidia_dev_root.empty() ? cfg.flags.nvidia_driver_root : cfg.flags.nvidia_dev_root;
+  std::vector<std::string> missing;
+  std::vector<std::string> nodes = {"/dev/nvidiactl", "/dev/nvidia-uvm"};
+  for (const auto& g : inv->gpus) {
+    if (g.minor_number) nodes.push_back("/dev/nvidia" + std::to_string(*g.minor_number));
+  }
+  for (const auto& n : nodes) {
+    if (KindOf(Join(dev_root, n)) != Kind::kCharDevice) missing.push_back(Join(dev_root, n));
+  }
+  if (missing.empty()) {
+    f.Add(Level::kOk, "device nodes", std::to_string(nodes.size()) + " present under " + dev_root);
+  } else {
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    f.Add(Level::kFail, "device nodes", "missing: " + list,
+          "load the driver's modules (nvidia, nvidia-uvm: `nvidia-modprobe -u -c=0`) and, when the agent "
+          "runs in a pod, mount /dev or set --nvidia-dev-root to where they are");
+  }
+
+  // Events.
+  auto events = (*backend)->WatchEvents({});
+  if (!events.ok()) {
+    f.Add(Level::kWarn, "device events", events.status().ToString(),
+          "XIDs are not seen as they happen; health relies on polling");
+  } else if (!(*events)->errors().empty()) {
+    for (const auto& e : (*events)->errors()) {
+      f.Add(Level::kWarn, "device events", "GPU " + e.uuid + ": " + e.status.ToString(),
+            "XIDs of this GPU are not seen as they happen; health relies on polling");
+    }
+  } else {
+    f.Add(Level::kOk, "device events", "subscribed to XID, ECC and MIG events of every GPU");
+  }
+
+  // Health now, as the agent's first poll would judge it.
+  health::MonitorOptions mo;
+  if (auto h = HealthOptionsFrom(cfg); h.ok()) mo = h->monitor;
+  health::Monitor monitor(mo);
+  monitor.SetInventory(*inv);
+  const auto now = health::Clock::now();
+  for (const auto& g : inv->gpus) monitor.OnPoll(g.uuid, (*backend)->ReadSensors(g.uuid), now);
+  const auto unhealthy = monitor.Unhealthy();
+  for (const auto& g : inv->gpus) {
+    auto it = unhealthy.find(g.uuid);
+    if (it == unhealthy.end()) {
+      f.Add(Level::kOk, "GPU " + std::to_string(g.index) + " health", g.uuid + " healthy");
+    } else {
+      f.Add(Level::kFail, "GPU " + std::to_string(g.index) + " health", g.uuid + " unhealthy: " + it->second,
+            "see `danqing-device-plugin gpus` for its sensors; conditions marked as needing a reset "
+            "clear only after `nvidia-smi -r -i " + std::to_string(g.index) + "` (drain the node first)");
+    }
+  }
+}
+
+std::string_view Tag(Level l) {
+  switch (l) {
+    case Level::kOk: return "[ ok ]";
+    case Level::kInfo: return "[info]";
+    case Level::kWarn: return "[warn]";
+    case Level::kFail: return "[FAIL]";
+  }
+  return "[ ?? ]";
+}
+
+}  // namespace
+
+std::vector<Finding> RunDoctor(const Result<config::Config>& config, const BackendFactory& factory,
+                               const DoctorOptions& options) {
+  Findings f;
+  config::Config cfg;
+  if (config.ok()) {
+    cfg = *config;
+    f.Add(Level::kOk, "configuration",
+          cfg.source.empty() ? "valid (no config file; flags, environment and defaults)" : cfg.source + " is valid");
+    if (auto h = HealthOptionsFrom(cfg); h.ok()) {
+      f.Add(Level::kInfo, "health checks", h->monitor.policy.Describe());
+    }
+  } else {
+    f.Add(Level::kFail, "configuration", config.status().ToString(),
+          "fix the setting named above (docs/configuration.md); the checks below use the defaults");
+  }
+  CheckGpus(cfg, factory, f);
+  CheckKubelet(cfg, f);
+  CheckCdi(cfg, options, f);
+  return f.list;
+}
+
+std::string RenderFindings(const std::vector<Finding>& findings) {
+  std::string out;
+  int fails = 0, warns = 0;
+  for (const auto& x : findings) {
+    out += std::string(Tag(x.level)) + " " + x.check + ": " + x.detail + "\n";
+    if (!x.fix.empty()) out += "       fix: " + x.fix + "\n";
+    fails += x.level == Level::kFail;
+    warns += x.level == Level::kWarn;
+  }
+  out += std::to_string(findings.size()) + " checks: " + std::to_string(fails) + " failed, " +
+         std::to_string(warns) + " warnings\n";
+  return out;
+}
+
+bool AnyFailed(const std::vector<Finding>& findings) {
+  return std::any_of(findings.begin(), findings.end(), [](const Finding& f) { return f.level == Finding::Level::kFail; });
+}
+
+}  // namespace danqing::agent

@@ -1,0 +1,128 @@
+#include "health/checker.h"
+
+#include <spdlog/spdlog.h>
+
+namespace danqing::health {
+
+Checker::Checker(gpu::GpuBackend& backend, CheckerOptions options, Publish publish,
+                 std::function<void()> on_mig_change)
+    : backend_(backend),
+      options_(std::move(options)),
+      publish_(std::move(publish)),
+      on_mig_change_(std::move(on_mig_change)),
+      monitor_(options_.monitor) {}
+
+Checker::~Checker() { Stop(); }
+
+void Checker::Start(const gpu::NodeInventory& inventory) {
+  {
+    std::lock_guard lock(mu_);
+    monitor_.SetInventory(inventory);
+  }
+  spdlog::info("health: {}; polling every {} ms; XID quiet period {} s",
+               options_.monitor.policy.Describe(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(options_.poll_interval).count(),
+               std::chrono::duration_cast<std::chrono::seconds>(options_.monitor.quiet_period).count());
+  stop_ = false;
+  events_ = std::thread([this] { EventsLoop(); });
+  poll_ = std::thread([this] { PollLoop(); });
+}
+
+void Checker::SetInventory(const gpu::NodeInventory& inventory) {
+  std::lock_guard lock(mu_);
+  monitor_.SetInventory(inventory);
+  PublishLocked();
+}
+
+void Checker::Stop() {
+  {
+    std::lock_guard lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (events_.joinable()) events_.join();
+  if (poll_.joinable()) poll_.join();
+}
+
+void Checker::PublishLocked() {
+  if (publish_) publish_(monitor_.Unhealthy());
+}
+
+void Checker::EventsLoop() {
+  std::unique_ptr<gpu::EventStream> stream;
+  while (!stop_) {
+    if (!stream) {
+      auto s = backend_.WatchEvents({});
+      if (s.ok()) {
+        stream = std::move(s).value();
+        for (const auto& e : stream->errors()) {
+          spdlog::warn("health: no events from GPU {} {}: {}", e.index, e.uuid, e.status.ToString());
+        }
+      } else {
+        spdlog::warn("health: no device events ({}); relying on polling, retrying in 10 s",
+                     s.status().ToString());
+        std::unique_lock lock(stop_mu_);
+        stop_cv_.wait_for(lock, std::chrono::seconds(10), [this] { return stop_.load(); });
+        continue;
+      }
+    }
+    auto ev = stream->Wait(std::chrono::milliseconds(200));
+    if (!ev.ok()) {
+      spdlog::warn("health: device event stream failed ({}); resubscribing", ev.status().ToString());
+      stream.reset();
+      std::unique_lock lock(stop_mu_);
+      stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_.load(); });
+      continue;
+    }
+    if (!ev->has_value()) continue;
+    const gpu::GpuEvent& event = **ev;
+    if (event.kind == gpu::EventKind::kMigConfigChange) {
+      spdlog::info("health: MIG layout changed on {}", event.uuid);
+      if (on_mig_change_) on_mig_change_();
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    if (monitor_.OnEvent(event, Clock::now())) PublishLocked();
+  }
+}
+
+void Checker::PollLoop() {
+  while (!stop_) {
+    std::vector<std::string> gpus;
+    {
+      std::lock_guard lock(mu_);
+      gpus = monitor_.GpuUuids();
+    }
+    bool changed = false;
+    for (const auto& uuid : gpus) {
+      if (stop_) return;
+      auto reading = backend_.ReadSensors(uuid);  // NVML calls outside the lock
+      std::lock_guard lock(mu_);
+      changed |= monitor_.OnPoll(uuid, reading, Clock::now());
+    }
+    {
+      std::lock_guard lock(mu_);
+      changed |= monitor_.Tick(Clock::now());
+      if (changed) PublishLocked();
+    }
+    std::unique_lock lock(stop_mu_);
+    stop_cv_.wait_for(lock, options_.poll_interval, [this] { return stop_.load(); });
+  }
+}
+
+std::map<std::string, std::string> Checker::Unhealthy() const {
+  std::lock_guard lock(mu_);
+  return monitor_.Unhealthy();
+}
+
+std::vector<DeviceHealth> Checker::Snapshot() const {
+  std::lock_guard lock(mu_);
+  return monitor_.Snapshot();
+}
+
+std::map<std::string, uint64_t> Checker::transitions() const {
+  std::lock_guard lock(mu_);
+  return monitor_.transitions();
+}
+
+}  // namespace danqing::health

@@ -1,0 +1,86 @@
+// Checker: runs a health Monitor against a GpuBackend on two threads.
+//
+//   events thread  waits on the backend's event stream (XID, ECC, MIG
+//                  changes) and publishes a health change as soon as the
+//                  event is classified; the device list reaches ListAndWatch
+//                  in the same breath (measured in bench/health_bench).
+//   poll thread    every poll interval reads each GPU's sensors (lost GPU,
+//                  NVML errors, thermal slowdown, retired pages, row
+//                  remapping, ECC growth) and expires conditions whose quiet
+//                  period is over.
+//
+// `publish` receives the full unhealthy map (UUID → reason) after every
+// change, serialised: never two calls at once, never out of order.
+//
+// Thread-safety: Start/SetInventory/Stop from one thread; Snapshot,
+// Unhealthy and transitions from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/backend.h"
+#include "health/monitor.h"
+
+namespace danqing::health {
+
+struct CheckerOptions {
+  MonitorOptions monitor;
+  Clock::duration poll_interval = std::chrono::seconds(1);
+};
+
+class Checker {
+ public:
+  using Publish = std::function<void(const std::map<std::string, std::string>& unhealthy)>;
+
+  // `backend` must outlive the checker. `on_mig_change` (may be empty) is
+  // called from the events thread when a GPU's MIG layout changed.
+  Checker(gpu::GpuBackend& backend, CheckerOptions options, Publish publish,
+          std::function<void()> on_mig_change = {});
+  ~Checker();
+
+  Checker(const Checker&) = delete;
+  Checker& operator=(const Checker&) = delete;
+
+  // Tracks `inventory` and starts both threads. Without an event stream
+  // (events unsupported, library too old) it logs why and keeps polling.
+  void Start(const gpu::NodeInventory& inventory);
+
+  // After a rediscovery: tracks the new devices (conditions of devices that
+  // are still there are kept) and publishes.
+  void SetInventory(const gpu::NodeInventory& inventory);
+
+  void Stop();
+
+  std::map<std::string, std::string> Unhealthy() const;
+  std::vector<DeviceHealth> Snapshot() const;
+  std::map<std::string, uint64_t> transitions() const;
+
+ private:
+  void EventsLoop();
+  void PollLoop();
+  void PublishLocked();  // mu_ held
+
+  gpu::GpuBackend& backend_;
+  CheckerOptions options_;
+  Publish publish_;
+  std::function<void()> on_mig_change_;
+
+  mutable std::mutex mu_;
+  Monitor monitor_;
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  std::atomic<bool> stop_{true};
+  std::thread events_;
+  std::thread poll_;
+};
+
+}  // namespace danqing::health

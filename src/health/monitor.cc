@@ -1,0 +1,304 @@
+#include "health/monitor.h"
+
+#include <spdlog/spdlog.h>
+
+namespace danqing::health {
+namespace {
+
+constexpr uint64_t kThermalReasons = gpu::throttle::kSwThermalSlowdown | gpu::throttle::kHwThermalSlowdown |
+                                     gpu::throttle::kHwSlowdown | gpu::throttle::kHwPowerBrakeSlowdown;
+
+std::string XidDetail(uint64_t xid) {
+  std::string d = "XID " + std::to_string(xid);
+  if (auto text = XidDescription(xid); !text.empty()) d += " (" + std::string(text) + ")";
+  return d;
+}
+
+// "xid-79" counts as "xid" in the transition counters (bounded label values).
+std::string CounterName(const std::string& condition) {
+  return condition.starts_with("xid-") ? std::string("xid") : condition;
+}
+
+template <typename T>
+std::string JoinConditions(const std::map<std::string, T>& conditions) {
+  std::string out;
+  for (const auto& [name, c] : conditions) {
+    if (!out.empty()) out += ',';
+    out += name;
+  }
+  return out;
+}
+
+}  // namespace
+
+Monitor::Monitor(MonitorOptions options) : options_(std::move(options)) {}
+
+void Monitor::SetInventory(const gpu::NodeInventory& inventory) {
+  std::map<std::string, DeviceState> next;
+  gpus_.clear();
+  auto carry = [&](const std::string& uuid, DeviceState fresh) {
+    if (auto it = devices_.find(uuid); it != devices_.end()) {
+      fresh.conditions = std::move(it->second.conditions);
+      fresh.xid_counts = std::move(it->second.xid_counts);
+      fresh.last_ecc_uncorrected = it->second.last_ecc_uncorrected;
+      fresh.thermal_start_c = it->second.thermal_start_c;
+    }
+    next.emplace(uuid, std::move(fresh));
+  };
+  for (const auto& g : inventory.gpus) {
+    gpus_.push_back(g.uuid);
+    DeviceState d;
+    d.gpu_uuid = g.uuid;
+    carry(g.uuid, std::move(d));
+    for (const auto& m : g.mig_devices) {
+      DeviceState md;
+      md.gpu_uuid = g.uuid;
+      md.is_gpu = false;
+      md.gpu_instance_id = m.gpu_instance_id;
+      md.compute_instance_id = m.compute_instance_id;
+      carry(m.uuid, std::move(md));
+    }
+  }
+  devices_ = std::move(next);
+}
+
+std::vector<std::string> Monitor::GpuUuids() const { return gpus_; }
+
+void Monitor::LogTransition(const std::string& uuid, const DeviceState& d, bool now_healthy,
+                            const std::string& condition, std::string_view detail) {
+  transitions_[(now_healthy ? "healthy/" : "unhealthy/") + CounterName(condition)]++;
+  if (now_healthy) {
+    spdlog::info("health: {} is healthy again ({} cleared: {})", uuid, condition, detail);
+  } else {
+    spdlog::warn("health: {} marked unhealthy: {} ({}){}", uuid, condition, detail,
+                 d.conditions.size() > 1 ? "; conditions " + JoinConditions(d.conditions) : "");
+  }
+}
+
+bool Monitor::Raise(const std::string& uuid, DeviceState& d, const std::string& name, Condition c) {
+  const bool was_healthy = d.conditions.empty();
+  auto [it, inserted] = d.conditions.try_emplace(name, c);
+  if (!inserted) {
+    it->second.last_seen = c.last_seen;
+    it->second.needs_reset = it->second.needs_reset || c.needs_reset;
+    return false;
+  }
+  if (was_healthy) {
+    LogTransition(uuid, d, false, name, c.detail);
+  } else {
+    transitions_["unhealthy/" + CounterName(name)]++;
+    spdlog::warn("health: {} still unhealthy; new condition {} ({})", uuid, name, c.detail);
+  }
+  return true;
+}
+
+bool Monitor::Clear(const std::string& uuid, DeviceState& d, const std::string& name, std::string_view why) {
+  if (d.conditions.erase(name) == 0) return false;
+  if (d.conditions.empty()) {
+    LogTransition(uuid, d, true, name, why);
+    return true;
+  }
+  transitions_["healthy/" + CounterName(name)]++;
+  spdlog::info("health: {} condition {} cleared ({}); still unhealthy: {}", uuid, name, why,
+               JoinConditions(d.conditions));
+  return true;
+}
+
+std::vector<std::string> Monitor::Targets(const gpu::GpuEvent& event) const {
+  std::vector<std::string> out;
+  if (event.uuid.empty()) {
+    return gpus_;  // the device could not be told: every GPU, like NVIDIA's plugin
+  }
+  if (!devices_.contains(event.uuid)) return out;
+  if (event.gpu_instance_id) {
+    for (const auto& [uuid, d] : devices_) {
+      if (d.is_gpu || d.gpu_uuid != event.uuid || d.gpu_instance_id != *event.gpu_instance_id) continue;
+      if (event.compute_instance_id && d.compute_instance_id != *event.compute_instance_id) continue;
+      out.push_back(uuid);
+    }
+    if (!out.empty()) return out;
+    // A MIG instance we do not advertise: the GPU it lives on.
+  }
+  out.push_back(event.uuid);
+  return out;
+}
+
+bool Monitor::OnXid(const gpu::GpuEvent& event, Clock::time_point now) {
+  const XidAction action = options_.policy.Classify(event.xid);
+  bool changed = false;
+  const auto targets = Targets(event);
+  if (targets.empty()) {
+    spdlog::info("health: XID {} for unknown device {} ignored", event.xid, event.uuid);
+  }
+  for (const auto& uuid : targets) {
+    DeviceState& d = devices_.at(uuid);
+    d.xid_counts[event.xid]++;
+    if (action == XidAction::kIgnore) {
+      spdlog::info("health: {} reported {}; ignored (application error or disabled by "
+                   "DP_DISABLE_HEALTHCHECKS)", uuid, XidDetail(event.xid));
+      continue;
+    }
+    Condition c;
+    c.latched = true;
+    c.needs_reset = action == XidAction::kReset;
+    c.last_seen = now;
+    c.detail = XidDetail(event.xid) + (c.needs_reset ? ", needs a GPU reset" : "");
+    changed |= Raise(uuid, d, "xid-" + std::to_string(event.xid), c);
+  }
+  return changed;
+}
+
+bool Monitor::OnEvent(const gpu::GpuEvent& event, Clock::time_point now) {
+  switch (event.kind) {
+    case gpu::EventKind::kXid:
+      return OnXid(event, now);
+    case gpu::EventKind::kDoubleBitEcc: {
+      if (!options_.policy.polled_checks()) return false;
+      bool changed = false;
+      for (const auto& uuid : Targets(event)) {
+        Condition c;
+        c.latched = true;
+        c.needs_reset = true;
+        c.last_seen = now;
+        c.detail = "double-bit ECC error event, needs a GPU reset";
+        changed |= Raise(uuid, devices_.at(uuid), "double-bit-ecc", c);
+      }
+      return changed;
+    }
+    default:
+      return false;
+  }
+}
+
+bool Monitor::OnPoll(const std::string& gpu_uuid, const Result<gpu::Sensors>& reading,
+                     Clock::time_point now) {
+  auto it = devices_.find(gpu_uuid);
+  if (it == devices_.end() || !options_.policy.polled_checks()) return false;
+  DeviceState& d = it->second;
+  bool changed = false;
+  // New conditions are raised before cleared ones are removed, so a GPU whose
+  // one problem turns into another does not flap through Healthy.
+  std::vector<std::pair<std::string, Condition>> raise;
+  std::vector<std::pair<std::string, std::string>> clear;
+  auto set = [&](const std::string& name, bool present, std::string detail, bool needs_reset = false) {
+    if (present) {
+      Condition c;
+      c.needs_reset = needs_reset;
+      c.last_seen = now;
+      c.detail = std::move(detail);
+      raise.emplace_back(name, std::move(c));
+    } else {
+      clear.emplace_back(name, std::move(detail));
+    }
+  };
+  auto apply = [&] {
+    for (auto& [name, c] : raise) changed |= Raise(gpu_uuid, d, name, c);
+    for (auto& [name, why] : clear) changed |= Clear(gpu_uuid, d, name, why);
+    return changed;
+  };
+
+  if (!reading.ok()) {
+    const bool lost = reading.status().code() == StatusCode::kDeviceLost;
+    set("gpu-lost", lost, lost ? reading.status().message() : "NVML answers again");
+    set("nvml-error", !lost, lost ? "NVML answers again" : reading.status().ToString());
+    return apply();
+  }
+  set("gpu-lost", false, "NVML answers again");
+  const gpu::Sensors& s = *reading;
+  // Calls that every working GPU answers failing (not "not supported"):
+  // the device is in trouble. Other failed calls are only reported.
+  std::string failed;
+  for (const Status& f : s.failures) {
+    for (std::string_view essential : {"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetTemperature",
+                                       "nvmlDeviceGetUtilizationRates"}) {
+      if (f.message().find(essential) != std::string::npos) {
+        if (!failed.empty()) failed += "; ";
+        failed += f.ToString();
+        break;
+      }
+    }
+  }
+  set("nvml-error", !failed.empty(), failed.empty() ? "NVML answers again" : failed);
+
+  // Thermal slowdown, with hysteresis on the way out.
+  const uint64_t thermal = s.throttle_reasons.value_or(0) & kThermalReasons;
+  if (thermal != 0) {
+    if (!d.conditions.contains("thermal-slowdown")) d.thermal_start_c = s.temperature_c.value_or(0);
+    set("thermal-slowdown", true,
+        "clock slowdown " + gpu::throttle::Describe(thermal) +
+            (s.temperature_c ? " at " + std::to_string(*s.temperature_c) + " C" : ""));
+  } else if (d.conditions.contains("thermal-slowdown")) {
+    const uint32_t limit =
+        d.thermal_start_c > options_.thermal_hysteresis_c ? d.thermal_start_c - options_.thermal_hysteresis_c : 0;
+    if (!s.temperature_c || *s.temperature_c <= limit) {
+      set("thermal-slowdown", false,
+          "no slowdown" + (s.temperature_c ? ", " + std::to_string(*s.temperature_c) + " C" : std::string()));
+    }
+  }
+
+  set("retired-pages-pending", s.retired_pages_pending.value_or(false),
+      s.retired_pages_pending.value_or(false) ? "retired pages pending, needs a GPU reset" : "no retired pages pending",
+      true);
+  set("row-remap-pending", s.remapped_rows_pending.value_or(false),
+      s.remapped_rows_pending.value_or(false) ? "row remapping pending, needs a GPU reset" : "no row remapping pending",
+      true);
+  set("row-remap-failure", s.remapped_rows_failure.value_or(false),
+      s.remapped_rows_failure.value_or(false) ? "row remapping failed, needs a GPU reset" : "row remapping ok",
+      true);
+
+  // Uncorrectable ECC errors growing (volatile counter; it restarts at zero
+  // when the driver reloads, which only moves the baseline).
+  if (s.ecc_volatile_uncorrected) {
+    const uint64_t now_count = *s.ecc_volatile_uncorrected;
+    if (d.last_ecc_uncorrected && now_count > *d.last_ecc_uncorrected) {
+      Condition c;
+      c.latched = true;
+      c.last_seen = now;
+      c.detail = "uncorrectable ECC errors grew from " + std::to_string(*d.last_ecc_uncorrected) + " to " +
+                 std::to_string(now_count);
+      raise.emplace_back("ecc-uncorrectable", std::move(c));
+    }
+    d.last_ecc_uncorrected = now_count;
+  }
+  return apply();
+}
+
+bool Monitor::Tick(Clock::time_point now) {
+  bool changed = false;
+  for (auto& [uuid, d] : devices_) {
+    std::vector<std::string> expired;
+    for (const auto& [name, c] : d.conditions) {
+      if (c.latched && !c.needs_reset && now - c.last_seen >= options_.quiet_period) expired.push_back(name);
+    }
+    for (const auto& name : expired) {
+      changed |= Clear(uuid, d, name, "quiet period over with no new error");
+    }
+  }
+  return changed;
+}
+
+std::map<std::string, std::string> Monitor::Unhealthy() const {
+  std::map<std::string, std::string> out;
+  for (const auto& [uuid, d] : devices_) {
+    if (!d.conditions.empty()) out.emplace(uuid, JoinConditions(d.conditions));
+  }
+  return out;
+}
+
+std::vector<DeviceHealth> Monitor::Snapshot() const {
+  std::vector<DeviceHealth> out;
+  out.reserve(devices_.size());
+  for (const auto& [uuid, d] : devices_) {
+    DeviceHealth h;
+    h.uuid = uuid;
+    h.gpu_uuid = d.gpu_uuid;
+    h.healthy = d.conditions.empty();
+    h.reason = JoinConditions(d.conditions);
+    for (const auto& [name, c] : d.conditions) h.needs_reset = h.needs_reset || c.needs_reset;
+    h.xid_counts = d.xid_counts;
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+}  // namespace danqing::health

@@ -1,0 +1,133 @@
+// Monitor: the health state machine of a node's GPUs and MIG devices.
+//
+// It is fed NVML events (OnEvent) and sensor polls (OnPoll), and asked to
+// expire conditions (Tick). Time is passed in, so tests drive it with their
+// own clock. It owns no threads and does no I/O except logging transitions;
+// Checker (checker.h) runs it against a GpuBackend.
+//
+// A device is unhealthy while it has at least one condition. Conditions:
+//   from events (latched, need no further evidence):
+//     xid-<N>          XID of the unhealthy class: clears after the quiet
+//                      period with no new XID of that number on the device
+//     xid-<N>          XID of the reset class: never clears (needs a reset)
+//     double-bit-ecc   NVML double-bit ECC event: never clears
+//   from polls (present while the poll shows them):
+//     gpu-lost         NVML says GPU_IS_LOST; clears when it answers again
+//     nvml-error       the device's sensors cannot be read, or a call every
+//                      working GPU answers (memory, temperature, utilisation)
+//                      fails with an error other than "not supported"
+//     thermal-slowdown thermal clock slowdown (SW/HW thermal, HW slowdown,
+//                      power brake); clears when the reasons are gone and
+//                      the temperature is `thermal_hysteresis_c` below the
+//                      temperature seen when it started
+//     retired-pages-pending, row-remap-pending, row-remap-failure
+//                      need a reset; clear only when the GPU reports them
+//                      gone (after the reset)
+//     ecc-uncorrectable volatile uncorrectable ECC count grew: latched like
+//                      an unhealthy-class XID (quiet period)
+//
+// An event naming a MIG device (GPU and compute instance) affects that MIG
+// device only; one naming the GPU affects the GPU and, through the advertised
+// resources, every replica and MIG device on it. An XID event whose device is
+// unknown affects every GPU, as NVIDIA's plugin does.
+//
+// Thread-safety: not thread-safe; Checker serialises calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "gpu/types.h"
+#include "health/xid_policy.h"
+
+namespace danqing::health {
+
+using Clock = std::chrono::steady_clock;
+
+struct MonitorOptions {
+  XidPolicy policy;
+  Clock::duration quiet_period = std::chrono::minutes(5);
+  uint32_t thermal_hysteresis_c = 5;
+};
+
+// One device's health, for the advertised resources and the metrics.
+struct DeviceHealth {
+  std::string uuid;       // GPU-... or MIG-...
+  std::string gpu_uuid;   // the physical GPU (== uuid for a GPU)
+  bool healthy = true;
+  std::string reason;     // conditions joined by ',' ("xid-79,gpu-lost"), "" when healthy
+  bool needs_reset = false;
+  std::map<uint64_t, uint64_t> xid_counts;  // every XID seen (ignored ones too), by number
+};
+
+class Monitor {
+ public:
+  explicit Monitor(MonitorOptions options);
+
+  const MonitorOptions& options() const { return options_; }
+
+  // The devices to track. Conditions of devices that are no longer present
+  // are dropped; those of devices still present are kept (a reload does not
+  // make a broken GPU healthy).
+  void SetInventory(const gpu::NodeInventory& inventory);
+
+  // Each returns true when some device's conditions changed (its health or
+  // the reason it is unhealthy).
+  bool OnEvent(const gpu::GpuEvent& event, Clock::time_point now);
+  bool OnPoll(const std::string& gpu_uuid, const Result<gpu::Sensors>& reading,
+              Clock::time_point now);
+  bool Tick(Clock::time_point now);
+
+  // Unhealthy devices: UUID (GPU or MIG) → reason. The input of
+  // deviceplugin::WithHealth.
+  std::map<std::string, std::string> Unhealthy() const;
+
+  std::vector<DeviceHealth> Snapshot() const;
+
+  // Transitions so far: "unhealthy/<condition>" and "healthy/<condition>"
+  // (condition without its XID number for XIDs: "xid") → count.
+  const std::map<std::string, uint64_t>& transitions() const { return transitions_; }
+
+  // The GPUs to poll (UUIDs, in inventory order).
+  std::vector<std::string> GpuUuids() const;
+
+ private:
+  struct Condition {
+    bool latched = false;       // from an event: clears by quiet period (or never)
+    bool needs_reset = false;   // latched conditions that never clear
+    Clock::time_point last_seen{};
+    std::string detail;         // for the log: "XID 62 (internal micro-controller halt)"
+  };
+  struct DeviceState {
+    std::string gpu_uuid;
+    bool is_gpu = true;
+    uint32_t gpu_instance_id = 0;
+    uint32_t compute_instance_id = 0;
+    std::map<std::string, Condition> conditions;  // by name
+    std::map<uint64_t, uint64_t> xid_counts;
+    // Poll memory (GPUs only).
+    std::optional<uint64_t> last_ecc_uncorrected;
+    uint32_t thermal_start_c = 0;
+  };
+
+  // Sets or refreshes a condition; returns true if it is new.
+  bool Raise(const std::string& uuid, DeviceState& d, const std::string& name, Condition c);
+  // Removes a condition; returns true if it was there.
+  bool Clear(const std::string& uuid, DeviceState& d, const std::string& name, std::string_view why);
+  void LogTransition(const std::string& uuid, const DeviceState& d, bool now_healthy,
+                     const std::string& condition, std::string_view detail);
+  bool OnXid(const gpu::GpuEvent& event, Clock::time_point now);
+  std::vector<std::string> Targets(const gpu::GpuEvent& event) const;
+
+  MonitorOptions options_;
+  std::map<std::string, DeviceState> devices_;  // by UUID
+  std::vector<std::string> gpus_;               // GPU UUIDs in inventory order
+  std::map<std::string, uint64_t> transitions_;
+};
+
+}  // namespace danqing::health

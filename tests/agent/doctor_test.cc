@@ -1,0 +1,134 @@
+// danqing-device-plugin doctor: each check finds what is wrong on a node
+// (fake NVML, emulated kubelet, temporary directories) and says how to fix it.
+#include "agent/doctor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "testing/kubelet/kubelet_emulator.h"
+#include "testing/support/fake_node.h"
+
+namespace danqing::agent {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+class DoctorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = "/tmp/dqdoc-" + std::to_string(getpid());
+    std::filesystem::create_directories(dir_ + "/plugins");
+    std::filesystem::create_directories(dir_ + "/cdi");
+    std::filesystem::create_directories(dir_ + "/dev");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  config::Config Config() {
+    config::Config cfg;
+    cfg.danqing.device_plugin_path = dir_ + "/plugins";
+    cfg.danqing.pod_resources_socket = dir_ + "/pod-resources.sock";
+    cfg.danqing.cdi_root = dir_ + "/cdi";
+    cfg.danqing.nvml_lib = testing::FakeNvmlLibrary();
+    cfg.flags.nvidia_driver_root = dir_;
+    cfg.flags.nvidia_dev_root = dir_;
+    return cfg;
+  }
+
+  const Finding* Find(const std::vector<Finding>& fs, std::string_view check) {
+    for (const auto& f : fs) {
+      if (f.check == check) return &f;
+    }
+    return nullptr;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(DoctorTest, AHealthyNodeWithAKubeletPassesButForMissingDeviceNodes) {
+  testing::FakeNode node("a100-8x-nvswitch");
+  testing::KubeletEmulator kubelet(dir_ + "/plugins");
+  ASSERT_TRUE(kubelet.Start().ok());
+  auto findings = RunDoctor(Config(), NvmlBackendFactory());
+  const std::string text = RenderFindings(findings);
+  EXPECT_THAT(text, HasSubstr("[ ok ] configuration"));
+  EXPECT_THAT(text, HasSubstr("[ ok ] NVIDIA driver (NVML)"));
+  EXPECT_THAT(text, HasSubstr("[ ok ] GPUs: 8 GPU(s), driver"));
+  EXPECT_THAT(text, HasSubstr("[ ok ] kubelet socket"));
+  EXPECT_THAT(text, HasSubstr("[ ok ] GPU 7 health"));
+  EXPECT_THAT(text, HasSubstr("[ ok ] device events"));
+  // The temporary dev root has no /dev/nvidia* character devices.
+  const Finding* dev = Find(findings, "device nodes");
+  ASSERT_NE(dev, nullptr);
+  EXPECT_EQ(dev->level, Finding::Level::kFail);
+  EXPECT_THAT(dev->detail, HasSubstr(dir_ + "/dev/nvidiactl"));
+  EXPECT_THAT(dev->fix, HasSubstr("nvidia-modprobe"));
+  const Finding* pr = Find(findings, "pod-resources socket");
+  ASSERT_NE(pr, nullptr);
+  EXPECT_EQ(pr->level, Finding::Level::kWarn);
+}
+
+TEST_F(DoctorTest, UnhealthyGpuAndAbsentKubeletAreFailuresWithFixes) {
+  testing::FakeNode node("a100-8x-nvswitch");
+  // The fake's state lives while some NVML user holds it initialised.
+  auto holder = NvmlBackendFactory()(Config());
+  ASSERT_TRUE(holder.ok());
+  node.Control(R"({"cmd":"set","gpu":2,"sensors":{"temperature_c":95,"throttle_reasons":64}})");
+  auto findings = RunDoctor(Config(), NvmlBackendFactory());
+  const Finding* gpu2 = Find(findings, "GPU 2 health");
+  ASSERT_NE(gpu2, nullptr);
+  EXPECT_EQ(gpu2->level, Finding::Level::kFail);
+  EXPECT_THAT(gpu2->detail, HasSubstr("thermal-slowdown"));
+  const Finding* sock = Find(findings, "kubelet socket");
+  ASSERT_NE(sock, nullptr);
+  EXPECT_EQ(sock->level, Finding::Level::kFail);
+  EXPECT_THAT(sock->fix, HasSubstr("kubelet running"));
+  EXPECT_TRUE(AnyFailed(findings));
+}
+
+TEST_F(DoctorTest, NoDriverBadConfigAndCdiOffInTheRuntime) {
+  config::Config cfg = Config();
+  cfg.danqing.nvml_lib = dir_ + "/no-such/libnvidia-ml.so.1";
+  cfg.flags.plugin.device_list_strategy = {config::DeviceListStrategy::kCdiCri};
+  const std::string containerd = dir_ + "/config.toml";
+  std::ofstream(containerd) << "[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = false\n";
+  DoctorOptions opts;
+  opts.containerd_config = containerd;
+  auto findings = RunDoctor(cfg, NvmlBackendFactory(), opts);
+  const Finding* nvml = Find(findings, "NVIDIA driver (NVML)");
+  ASSERT_NE(nvml, nullptr);
+  EXPECT_EQ(nvml->level, Finding::Level::kFail);
+  EXPECT_THAT(nvml->fix, HasSubstr("libnvidia-ml.so.1"));
+  const Finding* cdi = Find(findings, "containerd CDI");
+  ASSERT_NE(cdi, nullptr);
+  EXPECT_EQ(cdi->level, Finding::Level::kFail);
+  EXPECT_THAT(cdi->fix, HasSubstr("enable_cdi = true"));
+
+  auto bad = config::ParseConfig("version: v1\nflags:\n  migStrategy: sometimes\n", "bad.yaml");
+  ASSERT_FALSE(bad.ok());
+  auto with_bad = RunDoctor(bad, NvmlBackendFactory(), opts);
+  ASSERT_FALSE(with_bad.empty());
+  EXPECT_EQ(with_bad[0].check, "configuration");
+  EXPECT_EQ(with_bad[0].level, Finding::Level::kFail);
+  EXPECT_THAT(with_bad[0].detail, HasSubstr("migStrategy"));
+}
+
+TEST_F(DoctorTest, TheCommandPrintsFindingsAndExitsNonZeroOnFailure) {
+  testing::FakeNode node("t4-1x");
+  auto r = testing::RunCommand({DANQING_DEVICE_PLUGIN_BIN, "doctor", "--nvml-lib", testing::FakeNvmlLibrary(),
+                                "--device-plugin-path", dir_ + "/plugins", "--cdi-root", dir_ + "/cdi"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("[ ok ] GPUs: 1 GPU(s)"));
+  EXPECT_THAT(r.out, HasSubstr("[FAIL] kubelet socket"));
+  EXPECT_THAT(r.out, HasSubstr("checks: "));
+  auto v = testing::RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_THAT(v.out, HasSubstr("danqing-device-plugin 0."));
+}
+
+}  // namespace
+}  // namespace danqing::agent

@@ -1,0 +1,346 @@
+// GPU health end to end: faults injected through the fake NVML's control
+// socket, observed the way the kubelet sees them (the kubelet emulator's
+// ListAndWatch view, Allocate and GetPreferredAllocation).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <map>
+#include <thread>
+
+#include "agent/agent.h"
+#include "config/config.h"
+#include "testing/kubelet/kubelet_emulator.h"
+#include "testing/support/fake_node.h"
+
+namespace danqing {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using testing::FakeNode;
+using testing::KubeletEmulator;
+using Devices = std::vector<v1beta1::Device>;
+
+constexpr char kGpu[] = "nvidia.com/gpu";
+
+std::string DeviceUuid(const std::string& id) { return id.substr(0, id.find("::")); }
+
+// id → health
+std::map<std::string, std::string> Health(const Devices& devs) {
+  std::map<std::string, std::string> out;
+  for (const auto& d : devs) out[d.id()] = d.health();
+  return out;
+}
+
+// True when exactly the devices whose ID starts with one of `sick` are
+// Unhealthy (a GPU UUID prefix covers its replicas).
+bool OnlySick(const Devices& devs, const std::vector<std::string>& sick) {
+  if (devs.empty()) return false;
+  for (const auto& d : devs) {
+    bool should = false;
+    for (const auto& s : sick) should = should || d.id().starts_with(s);
+    if ((d.health() == KubeletEmulator::kUnhealthy) != should) return false;
+  }
+  return true;
+}
+
+class HealthAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = "/tmp/dqh-" + std::to_string(getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::create_directories(dir_);
+    kubelet_ = std::make_unique<KubeletEmulator>(dir_);
+    ASSERT_TRUE(kubelet_->Start().ok());
+  }
+  void TearDown() override {
+    if (agent_) agent_->Stop();
+    agent_.reset();
+    kubelet_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  config::Config Config(std::string_view yaml = "version: v1\n") {
+    auto parsed = config::ParseConfig(yaml, "test.yaml");
+    EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+    config::Config cfg = parsed.ok() ? *parsed : config::Config{};
+    cfg.danqing.device_plugin_path = dir_;
+    cfg.danqing.cdi_root = dir_ + "/cdi";
+    cfg.danqing.nvml_lib = testing::FakeNvmlLibrary();
+    cfg.danqing.node_features_file = "";
+    cfg.danqing.health_check_interval = 50ms;
+    cfg.danqing.xid_quiet_period = 600ms;
+    return cfg;
+  }
+
+  void StartAgent(const config::Config& cfg, const std::string& resource = kGpu) {
+    agent_ = std::make_unique<agent::Agent>();
+    Status st = agent_->Start(cfg);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(kubelet_->WaitForRegistration(resource, 10s));
+    ASSERT_TRUE(kubelet_->WaitForDevices(resource, [](const Devices& d) { return !d.empty(); }, 5s));
+  }
+
+  bool WaitSick(const std::string& resource, const std::vector<std::string>& sick,
+                std::chrono::milliseconds timeout = 5s) {
+    return kubelet_->WaitForDevices(resource, [&](const Devices& d) { return OnlySick(d, sick); }, timeout);
+  }
+
+  std::string GpuUuid(const FakeNode& node, int index) {
+    std::string reply = node.Control(R"({"cmd":"get","gpu":)" + std::to_string(index) + "}");
+    auto at = reply.find("\"uuid\":\"");
+    return reply.substr(at + 8, reply.find('"', at + 8) - at - 8);
+  }
+
+  std::string dir_;
+  std::unique_ptr<KubeletEmulator> kubelet_;
+  std::unique_ptr<agent::Agent> agent_;
+};
+
+TEST_F(HealthAgentTest, XidMarksTheGpuAndItsReplicasAndRecoversAfterTheQuietPeriod) {
+  FakeNode node("a100-8x-nvswitch");
+  StartAgent(Config(R"(version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 2
+)"));
+  ASSERT_EQ(kubelet_->Devices(kGpu).size(), 16u);
+  const std::string gpu1 = GpuUuid(node, 1);
+
+  node.Control(R"({"cmd":"xid","gpu":1,"xid":62})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu1})) << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
+
+  // Refused by Allocate with a reason; never preferred.
+  auto r = kubelet_->Allocate(kGpu, {gpu1 + "::0"});
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("unhealthy"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("xid-62"));
+  std::vector<std::string> all;
+  for (const auto& d : kubelet_->Devices(kGpu)) all.push_back(d.id());
+  auto pref = kubelet_->GetPreferredAllocation(kGpu, all, {}, 4);
+  ASSERT_TRUE(pref.status.ok()) << pref.status.error_message();
+  for (const auto& id : pref.device_ids) EXPECT_NE(DeviceUuid(id), gpu1);
+
+  // Quiet period (600 ms) without a new XID: back in service on its own.
+  ASSERT_TRUE(WaitSick(kGpu, {}, 10s));
+  EXPECT_TRUE(kubelet_->Allocate(kGpu, {gpu1 + "::0"}).status.ok());
+  auto t = agent_->HealthTransitions();
+  EXPECT_EQ(t["unhealthy/xid"], 1u);
+  EXPECT_EQ(t["healthy/xid"], 1u);
+}
+
+TEST_F(HealthAgentTest, ResetClassXidNeverRecovers) {
+  FakeNode node("a100-8x-nvswitch");
+  StartAgent(Config());
+  const std::string gpu2 = GpuUuid(node, 2);
+  node.Control(R"({"cmd":"xid","gpu":2,"xid":79})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu2}));
+  std::this_thread::sleep_for(1500ms);  // 2.5 quiet periods, 30 polls of a GPU that answers
+  EXPECT_TRUE(OnlySick(kubelet_->Devices(kGpu), {gpu2}));
+  bool found = false;
+  for (const auto& h : agent_->Health()) {
+    if (h.uuid != gpu2) continue;
+    found = true;
+    EXPECT_FALSE(h.healthy);
+    EXPECT_TRUE(h.needs_reset);
+    EXPECT_EQ(h.reason, "xid-79");
+    EXPECT_EQ(h.xid_counts.at(79), 1u);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(HealthAgentTest, ApplicationXidsAreIgnoredAndOperatorsCanChangeTheTable) {
+  FakeNode node("a100-8x-nvswitch");
+  config::Config cfg = Config();
+  cfg.danqing.disable_health_checks = "62";  // DP_DISABLE_HEALTHCHECKS
+  cfg.danqing.enable_health_checks = "13";   // DP_ENABLE_HEALTHCHECKS
+  StartAgent(cfg);
+  const std::string gpu0 = GpuUuid(node, 0), gpu1 = GpuUuid(node, 1), gpu3 = GpuUuid(node, 3);
+  node.Control(R"({"cmd":"xid","gpu":0,"xid":62})");  // disabled by the operator
+  node.Control(R"({"cmd":"xid","gpu":1,"xid":31})");  // application error
+  node.Control(R"({"cmd":"xid","gpu":3,"xid":13})");  // application error, enabled by the operator
+  // Events are handled in order: once GPU 3 is marked, 0 and 1 were judged.
+  ASSERT_TRUE(WaitSick(kGpu, {gpu3}));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(OnlySick(kubelet_->Devices(kGpu), {gpu3}));
+}
+
+TEST_F(HealthAgentTest, MigXidMarksOnlyThatMigDeviceAGpuXidAllOfThem) {
+  FakeNode node("a100-mig-mixed");
+  config::Config cfg = Config();
+  cfg.flags.mig_strategy = config::MigStrategy::kMixed;
+  agent_ = std::make_unique<agent::Agent>();
+  ASSERT_TRUE(agent_->Start(cfg).ok());
+  const std::string res = "nvidia.com/mig-1g.10gb";
+  ASSERT_TRUE(kubelet_->WaitForRegistration(res, 10s));
+  ASSERT_TRUE(kubelet_->WaitForDevices(res, [](const Devices& d) { return d.size() >= 2; }, 5s));
+  const std::string mig = kubelet_->Devices(res)[0].id();
+
+  node.Control(R"({"cmd":"xid","uuid":")" + mig + R"(","xid":62})");
+  ASSERT_TRUE(WaitSick(res, {mig})) << ::testing::PrintToString(Health(kubelet_->Devices(res)));
+
+  // An XID on the parent GPU without instance ids: every MIG device on it.
+  std::string parent;
+  for (const auto& h : agent_->Health()) {
+    if (h.uuid == mig) parent = h.gpu_uuid;
+  }
+  ASSERT_FALSE(parent.empty());
+  std::vector<std::string> siblings;
+  for (const auto& h : agent_->Health()) {
+    if (h.gpu_uuid == parent && h.uuid != parent) siblings.push_back(h.uuid);
+  }
+  ASSERT_GE(siblings.size(), 2u);
+  node.Control(R"({"cmd":"xid","uuid":")" + parent + R"(","xid":62})");
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      res,
+      [&](const Devices& devs) {
+        for (const auto& d : devs) {
+          const bool on_parent = std::find(siblings.begin(), siblings.end(), d.id()) != siblings.end();
+          if ((d.health() == KubeletEmulator::kUnhealthy) != on_parent) return false;
+        }
+        return true;
+      },
+      5s));
+}
+
+TEST_F(HealthAgentTest, PolledConditionsMarkWithinAPollAndClear) {
+  FakeNode node("a100-8x-nvswitch");
+  StartAgent(Config());
+  const std::string gpu4 = GpuUuid(node, 4), gpu5 = GpuUuid(node, 5), gpu6 = GpuUuid(node, 6),
+                    gpu7 = GpuUuid(node, 7);
+
+  // Fell off the bus without an XID: NVML says GPU_IS_LOST; back when it answers.
+  node.Control(R"({"cmd":"lost","gpu":4,"xid":false})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu4}));
+  node.Control(R"({"cmd":"lost","gpu":4,"lost":false})");
+  ASSERT_TRUE(WaitSick(kGpu, {}));
+
+  // Thermal slowdown, with hysteresis.
+  node.Control(R"({"cmd":"set","gpu":5,"sensors":{"temperature_c":93,"throttle_reasons":64}})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu5}));
+  node.Control(R"({"cmd":"set","gpu":5,"sensors":{"temperature_c":91,"throttle_reasons":0}})");
+  std::this_thread::sleep_for(300ms);  // 6 polls
+  EXPECT_TRUE(OnlySick(kubelet_->Devices(kGpu), {gpu5}));
+  node.Control(R"({"cmd":"set","gpu":5,"sensors":{"temperature_c":80}})");
+  ASSERT_TRUE(WaitSick(kGpu, {}));
+
+  // An essential NVML call failing for one GPU.
+  node.Control(R"({"cmd":"fail","gpu":6,"function":"nvmlDeviceGetMemoryInfo","error":"UNKNOWN"})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu6}));
+  node.Control(R"({"cmd":"fail","gpu":6,"function":"nvmlDeviceGetMemoryInfo","error":null})");
+  ASSERT_TRUE(WaitSick(kGpu, {}));
+
+  // Uncorrectable ECC growth (polled) and the double-bit ECC event.
+  node.Control(R"({"cmd":"ecc","gpu":7,"type":"double","count":2})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu7}));
+  std::this_thread::sleep_for(1s);  // past the quiet period: the DBE needs a reset
+  EXPECT_TRUE(OnlySick(kubelet_->Devices(kGpu), {gpu7}));
+  for (const auto& h : agent_->Health()) {
+    if (h.uuid == gpu7) {
+      EXPECT_THAT(h.reason, HasSubstr("double-bit-ecc"));
+    }
+  }
+}
+
+TEST_F(HealthAgentTest, RowRemappingNeedsAReset) {
+  FakeNode node("a100-8x-nvswitch");  // Ampere: row remapping, no page retirement
+  StartAgent(Config());
+  const std::string gpu0 = GpuUuid(node, 0), gpu1 = GpuUuid(node, 1);
+  node.Control(R"({"cmd":"set","gpu":0,"sensors":{"remapped_rows":{"failure":true}}})");
+  node.Control(R"({"cmd":"set","gpu":1,"sensors":{"remapped_rows":{"pending":true}}})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu0, gpu1}));
+  std::this_thread::sleep_for(1s);  // longer than the quiet period
+  EXPECT_TRUE(OnlySick(kubelet_->Devices(kGpu), {gpu0, gpu1}));
+  // After the reset the GPU reports no pending remap: back in service.
+  node.Control(R"({"cmd":"set","gpu":1,"sensors":{"remapped_rows":{"pending":false}}})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu0}));
+}
+
+TEST_F(HealthAgentTest, RetiredPagesPendingNeedsAReset) {
+  FakeNode node("v100-8x-dgx1");  // Volta: page retirement
+  StartAgent(Config());
+  const std::string gpu3 = GpuUuid(node, 3);
+  node.Control(R"({"cmd":"set","gpu":3,"sensors":{"retired_pages_pending":true}})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu3}));
+  std::this_thread::sleep_for(1s);
+  EXPECT_TRUE(OnlySick(kubelet_->Devices(kGpu), {gpu3}));
+}
+
+TEST_F(HealthAgentTest, AGpuLostUnderTrafficFailsNoRequestForTheOthers) {
+  FakeNode node("a100-8x-nvswitch");
+  StartAgent(Config());
+  std::vector<std::string> healthy;
+  for (int i = 0; i < 7; ++i) healthy.push_back(GpuUuid(node, i));
+  const std::string gpu7 = GpuUuid(node, 7);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::string first_error;
+  std::mutex mu;
+  auto traffic = [&](int seed) {
+    for (int n = seed; !stop; ++n) {
+      const std::string& a = healthy[n % healthy.size()];
+      auto r = kubelet_->Allocate(kGpu, {a});
+      auto p = kubelet_->GetPreferredAllocation(kGpu, healthy, {}, 2);
+      if (r.status.ok() && p.status.ok() && p.device_ids.size() == 2) {
+        ++ok;
+      } else {
+        ++failed;
+        std::lock_guard lock(mu);
+        if (first_error.empty()) first_error = r.status.error_message() + " / " + p.status.error_message();
+      }
+    }
+  };
+  std::thread t1(traffic, 0), t2(traffic, 3);
+  std::this_thread::sleep_for(200ms);
+  node.Control(R"({"cmd":"lost","gpu":7})");  // falls off the bus, XID 79
+  ASSERT_TRUE(WaitSick(kGpu, {gpu7}));
+  std::this_thread::sleep_for(300ms);
+  stop = true;
+  t1.join();
+  t2.join();
+  EXPECT_GT(ok.load(), 10);
+  EXPECT_EQ(failed.load(), 0) << first_error;
+  // The lost GPU itself is refused, with the reason.
+  auto r = kubelet_->Allocate(kGpu, {gpu7});
+  EXPECT_THAT(r.status.error_message(), HasSubstr("unhealthy"));
+}
+
+TEST_F(HealthAgentTest, WithoutFailOnInitErrorItServesNothingAndRetriesUntilNvmlWorks) {
+  FakeNode node("a100-8x-nvswitch");
+  const std::string broken = dir_ + "/broken.json";
+  {
+    std::ofstream(broken) << R"({"driver_version":"550.54.15","cuda_driver_version":12040,)"
+                             R"("init_error":"DRIVER_NOT_LOADED","gpus":[]})";
+  }
+  setenv("FAKE_NVML_PROFILE", broken.c_str(), 1);
+  config::Config cfg = Config();
+  cfg.flags.fail_on_init_error = true;
+  {
+    agent::Agent strict;
+    Status st = strict.Start(cfg);
+    ASSERT_FALSE(st.ok());
+    EXPECT_THAT(st.ToString(), HasSubstr("Driver Not Loaded"));
+  }
+  cfg.flags.fail_on_init_error = false;
+  cfg.danqing.init_retry_interval = 100ms;
+  agent_ = std::make_unique<agent::Agent>();
+  ASSERT_TRUE(agent_->Start(cfg).ok());
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 10s));
+  std::this_thread::sleep_for(300ms);  // several failed retries
+  EXPECT_TRUE(kubelet_->Devices(kGpu).empty());
+  EXPECT_TRUE(agent_->degraded());
+  // The driver comes up: the next retry serves the GPUs.
+  setenv("FAKE_NVML_PROFILE", testing::ProfilePath("a100-8x-nvswitch").c_str(), 1);
+  ASSERT_TRUE(kubelet_->WaitForDevices(kGpu, [](const Devices& d) { return d.size() == 8; }, 10s));
+  EXPECT_FALSE(agent_->degraded());
+}
+
+}  // namespace
+}  // namespace danqing

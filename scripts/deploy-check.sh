@@ -90,7 +90,7 @@ for f in "$root"/deploy/images/*.Containerfile; do
   [ -e "$f" ] || continue
   case "$(basename "$f")" in
     device-plugin.Containerfile) ;;
-    *) if grep -q 'NVIDIA_VISIBLE_DEVICES' "$f"; then
+    *) if grep -v '^[[:space:]]*#' "$f" | grep -q 'NVIDIA_VISIBLE_DEVICES'; then
          fail "${f#"$root"/}: sets NVIDIA_VISIBLE_DEVICES; only the node agent's image may"
        fi ;;
   esac

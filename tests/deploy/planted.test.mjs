@@ -5,7 +5,7 @@
 //   node --test tests/deploy/        (ctest runs it as deploy_planted_test)
 //
 // DANQING_DEVICE_PLUGIN_BIN (set by ctest) enables the agent-config cases.
-import { test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -48,6 +48,11 @@ function expectFailure(result, ...messages) {
     assert.ok(result.out.includes(m), `output lacks ${JSON.stringify(m)}:\n${result.out}`);
   }
 }
+
+// Each case runs the whole check (6 renderings, one validation) on its own
+// copy; a few at once keep the suite short on a 2-core machine. (The cases
+// are not indented: their YAML snippets are whitespace-exact.)
+describe("deploy-check", { concurrency: 3 }, () => {
 
 test("the unchanged manifests pass", () => {
   const r = runCheck(null, { withAgent: agent !== "" });
@@ -185,4 +190,6 @@ test("a time-slicing config with one replica", { skip: agent === "" && "DANQING_
   const r = runCheck(replaceIn("overlays/time-sliced/config.yaml",
     "replicas: 4", "replicas: 1"), { withAgent: true });
   expectFailure(r, "agent config of time-sliced (exit 2)");
+});
+
 });

@@ -129,6 +129,14 @@ build() {
     failed=1
     return
   fi
+  # The image's own user must be the one the check runs as (the service: not root).
+  local user
+  user="$(buildah "${store[@]}" inspect --format '{{.OCIv1.Config.User}}' "$ctr" 2>/dev/null)"
+  if [ "$user" != "$userspec" ]; then
+    echo "FAIL $name image: runs as '$user', expected $userspec"
+    failed=1
+    return
+  fi
   local probe="--version" output rc
   output="$(chroot --userspec="$userspec" "$mnt" "/usr/bin/$name" --version 2>&1)"
   rc=$?

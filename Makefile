@@ -44,3 +44,13 @@ format-check:
 
 clean:
 	rm -rf build
+
+# Kubernetes manifests: render and validate every overlay offline (deploy/,
+# docs/operations.md); build both container images as OCI archives with buildah.
+.PHONY: deploy-check images
+deploy-check: build
+	@scripts/deploy-check.sh --agent build/$(PRESET)/cmd/danqing-device-plugin/danqing-device-plugin
+
+images: build
+	@scripts/build-images.sh --agent build/$(PRESET)/cmd/danqing-device-plugin/danqing-device-plugin \
+	  --service build/$(PRESET)/cmd/danqing/danqing --out build/images

@@ -10,6 +10,8 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # tests, benchmarks, sanitizers
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
+  # deploy/: container images (scripts/build-images.sh)
+  buildah
 )
 
 missing=()
@@ -50,4 +52,19 @@ if ! cmp -s package-lock.json node_modules/.danqing-lock 2>/dev/null; then
   cp package-lock.json node_modules/.danqing-lock
 else
   echo "setup: npm packages present"
+fi
+
+# deploy/ checks: the OpenAPI validator's npm packages (tests/deploy/package.json,
+# exact versions) in their own folder; kubectl (with kustomize v4+) renders
+# the kustomizations. Debian's kubernetes-client (kubectl 1.20, kustomize
+# v2.0.3) is too old for them, so a missing kubectl is reported, not installed.
+if ! cmp -s tests/deploy/package-lock.json tests/deploy/node_modules/.danqing-lock 2>/dev/null; then
+  echo "setup: npm ci (tests/deploy)"
+  npm ci --prefix tests/deploy --no-audit --no-fund --loglevel=error
+  cp tests/deploy/package-lock.json tests/deploy/node_modules/.danqing-lock
+else
+  echo "setup: tests/deploy npm packages present"
+fi
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "setup: WARNING: kubectl not found; the deploy checks (deploy_check) need kubectl 1.21+"
 fi

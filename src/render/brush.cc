@@ -85,7 +85,7 @@ void PlanCharacter(const CharStrokes& ch, const Affine& xf, const BrushStyle& st
       P p{};
       xf.Apply(bx, by, &p.x, &p.y);
       float hw = mp.half_width > 0 ? mp.half_width : 0.35f * max_hw;
-      p.hw = std::max(hw, 0.3f * max_hw) * scale * style.width;
+      p.hw = std::max(hw, 0.3f * max_hw) * scale * style.width * 1.22f;
       pts.push_back(p);
     }
     float step = std::max(0.5f, 0.5f * 0.2f * max_hw * scale);
@@ -156,7 +156,7 @@ void PlanCharacter(const CharStrokes& ch, const Affine& xf, const BrushStyle& st
       d.s = s;
       d.phase = phase;
       dabs->push_back(d);
-      float adv = std::max(0.4f, r * 0.22f);
+      float adv = std::max(0.4f, r * 0.3f);
       ink->load = std::max(0.0f, ink->load - adv * 0.032f / std::max(8.0f, cell) * style.dry_gain);
       if (s >= s1) break;
       s = std::min(s1, s + adv);

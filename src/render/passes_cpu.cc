@@ -14,18 +14,6 @@ inline float Smoothstep(float a, float b, float x) {
   return t * t * (3.0f - 2.0f * t);
 }
 
-inline float Bilinear(const Plane& p, float fx, float fy) {
-  fx = std::clamp(fx, 0.0f, static_cast<float>(p.w - 1));
-  fy = std::clamp(fy, 0.0f, static_cast<float>(p.h - 1));
-  int x0 = static_cast<int>(fx), y0 = static_cast<int>(fy);
-  int x1 = std::min(x0 + 1, p.w - 1), y1 = std::min(y0 + 1, p.h - 1);
-  float tx = fx - static_cast<float>(x0), ty = fy - static_cast<float>(y0);
-  const float* r0 = p.row(y0);
-  const float* r1 = p.row(y1);
-  float a = r0[x0] + (r0[x1] - r0[x0]) * tx;
-  float b = r1[x0] + (r1[x1] - r1[x0]) * tx;
-  return a + (b - a) * ty;
-}
 
 constexpr int kBand = 32;  // rows per work item in the dab passes
 
@@ -86,16 +74,30 @@ class CpuPasses final : public Passes {
   }
 
   void Diffuse(const Textures& tex, int iterations, Plane* wet) override {
+    // Bounds of the wet area, grown by the spread of the iterations.
+    int bx0 = wet->w, bx1 = -1, by0 = wet->h, by1 = -1;
+    for (int y = 0; y < wet->h; ++y) {
+      const float* r = wet->row(y);
+      for (int x = 0; x < wet->w; ++x) {
+        if (r[x] > 0) {
+          bx0 = std::min(bx0, x); bx1 = std::max(bx1, x);
+          by0 = std::min(by0, y); by1 = std::max(by1, y);
+        }
+      }
+    }
+    if (bx1 < 0) return;
+    bx0 = std::max(0, bx0 - iterations); bx1 = std::min(wet->w - 1, bx1 + iterations);
+    by0 = std::max(0, by0 - iterations); by1 = std::min(wet->h - 1, by1 + iterations);
     Plane next = *wet;
     for (int it = 0; it < iterations; ++it) {
       const Plane& src = *wet;
-      ParallelFor(threads_, src.h, [&](int y0, int y1) {
-        for (int y = y0; y < y1; ++y) {
+      ParallelFor(threads_, by1 - by0 + 1, [&](int r0, int r1) {
+        for (int y = by0 + r0; y < by0 + r1; ++y) {
           const float* up = src.row(std::max(0, y - 1));
           const float* mid = src.row(y);
           const float* dn = src.row(std::min(src.h - 1, y + 1));
           float* out = next.row(y);
-          for (int x = 0; x < src.w; ++x) {
+          for (int x = bx0; x <= bx1; ++x) {
             int xl = std::max(0, x - 1), xr = std::min(src.w - 1, x + 1);
             float nb = std::max(std::max(up[x], dn[x]), std::max(mid[xl], mid[xr]));
             float avg = 0.25f * (up[x] + dn[x] + mid[xl] + mid[xr]);
@@ -139,12 +141,13 @@ class CpuPasses final : public Passes {
             float ry = ridge_y[r * static_cast<size_t>(w) + static_cast<size_t>(x)];
             float depth = fy - ry;
             if (depth < -0.004f) continue;
+            if (depth > rg.mist || fx < rg.x0 || fx > rg.x1) continue;
             float edge_aa = Smoothstep(-0.004f, 0.002f, depth);
             float xfade = Smoothstep(rg.x0, rg.x0 + 0.1f, fx) * (1.0f - Smoothstep(rg.x1 - 0.1f, rg.x1, fx));
             float dark = 0.42f + 0.58f * std::exp(-depth / 0.03f);
             float mist = 1.0f - Smoothstep(0.0f, rg.mist, depth);
             // Texture strokes (cun): stretched noise down the slopes.
-            float tx = tex.Fbm2(fx * 28.0f * aspect + rg.phase * 50.0f, fy * 12.0f, 3);
+            float tx = tex.Fbm2(fx * 28.0f * aspect + rg.phase * 50.0f, fy * 12.0f, 2);
             float cun = 0.55f + 0.9f * (tx - 0.5f) + 0.25f * Smoothstep(0.6f, 0.75f, tx);
             float d = rg.density * dark * mist * std::clamp(cun, 0.2f, 1.4f) * xfade * edge_aa;
             d = std::clamp(d, 0.0f, 1.0f);
@@ -164,30 +167,74 @@ class CpuPasses final : public Passes {
 
   void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) override {
     const Plane& wash = *in.wash_low;
-    const float sx = static_cast<float>(wash.w) / static_cast<float>(w);
-    const float sy = static_cast<float>(wash.h) / static_cast<float>(h);
     const Plane* wet = in.wet_half;
-    const float wx = wet ? static_cast<float>(wet->w) / static_cast<float>(w) : 0;
-    const float wy = wet ? static_cast<float>(wet->h) / static_cast<float>(h) : 0;
+    // Horizontal interpolation tables for the low-resolution planes.
+    struct XTab {
+      std::vector<int> i0;
+      std::vector<float> t;
+    };
+    auto make_tab = [w](int src_w) {
+      XTab tab;
+      tab.i0.resize(static_cast<size_t>(w));
+      tab.t.resize(static_cast<size_t>(w));
+      float k = static_cast<float>(src_w) / static_cast<float>(w);
+      for (int x = 0; x < w; ++x) {
+        float f = std::clamp((static_cast<float>(x) + 0.5f) * k - 0.5f, 0.0f, static_cast<float>(src_w - 1));
+        int i = std::min(static_cast<int>(f), std::max(0, src_w - 2));
+        tab.i0[static_cast<size_t>(x)] = i;
+        tab.t[static_cast<size_t>(x)] = src_w > 1 ? f - static_cast<float>(i) : 0.0f;
+      }
+      return tab;
+    };
+    const XTab wash_tab = make_tab(wash.w);
+    const XTab wet_tab = wet != nullptr ? make_tab(wet->w) : XTab{};
+    // Paper blotches, at the wash plane's resolution.
+    Plane blotch;
+    blotch.Reset(wash.w, wash.h);
+    const float bscale = static_cast<float>(w) / static_cast<float>(wash.w) / 220.0f;
+    for (int y = 0; y < wash.h; ++y) {
+      for (int x = 0; x < wash.w; ++x) {
+        blotch.row(y)[x] = tex.Noise2(static_cast<float>(x) * bscale + 37.0f, static_cast<float>(y) * bscale);
+      }
+    }
+    // Vertical interpolation of a plane into a row buffer.
+    auto vrow = [h](const Plane& p, int y, std::vector<float>* out) {
+      float f = std::clamp((static_cast<float>(y) + 0.5f) * static_cast<float>(p.h) / static_cast<float>(h) - 0.5f,
+                           0.0f, static_cast<float>(p.h - 1));
+      int y0 = static_cast<int>(f), y1 = std::min(y0 + 1, p.h - 1);
+      float t = f - static_cast<float>(y0);
+      const float* a = p.row(y0);
+      const float* b = p.row(y1);
+      out->resize(static_cast<size_t>(p.w) + 1);
+      for (int x = 0; x < p.w; ++x) (*out)[static_cast<size_t>(x)] = a[x] + (b[x] - a[x]) * t;
+      (*out)[static_cast<size_t>(p.w)] = (*out)[static_cast<size_t>(p.w - 1)];
+    };
     ParallelFor(threads_, h, [&](int y0, int y1) {
+      std::vector<float> wash_row, blotch_row, wet_row;
       for (int y = y0; y < y1; ++y) {
         const float* ink = in.ink->row(y);
         uint8_t* out = rgb + static_cast<size_t>(y) * static_cast<size_t>(w) * 3;
-        float fy = (static_cast<float>(y) + 0.5f) * sy - 0.5f;
-        float wfy = (static_cast<float>(y) + 0.5f) * wy - 0.5f;
-        float blotch_y = static_cast<float>(y) / 220.0f;
+        vrow(wash, y, &wash_row);
+        vrow(blotch, y, &blotch_row);
+        if (wet != nullptr) vrow(*wet, y, &wet_row);
         for (int x = 0; x < w; ++x) {
+          const size_t xs = static_cast<size_t>(x);
           float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
-          float blotch = tex.Noise2(static_cast<float>(x) / 220.0f + 37.0f, blotch_y);
-          float paper_k = 1.0f - 0.075f * (fib - 0.5f) - 0.06f * (blotch - 0.5f);
-          float wa = Bilinear(wash, (static_cast<float>(x) + 0.5f) * sx - 0.5f, fy);
+          const size_t i = static_cast<size_t>(wash_tab.i0[xs]);
+          const float t = wash_tab.t[xs];
+          float bl = blotch_row[i] + (blotch_row[i + 1] - blotch_row[i]) * t;
+          float wa = wash_row[i] + (wash_row[i + 1] - wash_row[i]) * t;
+          float paper_k = 1.0f - 0.05f * (fib - 0.5f) - 0.06f * (bl - 0.5f);
           // Wash pigment settles in the fibres.
           wa = std::clamp(wa * (0.85f + 0.3f * fib), 0.0f, 1.0f);
           float a = ink[x];
           if (wet != nullptr) {
-            float halo = Bilinear(*wet, (static_cast<float>(x) + 0.5f) * wx - 0.5f, wfy);
-            float spread = halo * (0.22f + 0.28f * fib);
-            a = 1.0f - (1.0f - a) * (1.0f - spread);
+            const size_t j = static_cast<size_t>(wet_tab.i0[xs]);
+            float halo = wet_row[j] + (wet_row[j + 1] - wet_row[j]) * wet_tab.t[xs];
+            if (halo > 0.0f) {
+              float spread = halo * (0.22f + 0.28f * fib);
+              a = 1.0f - (1.0f - a) * (1.0f - spread);
+            }
           }
           for (int c = 0; c < 3; ++c) {
             float paper = in.paper_rgb[c] * paper_k;
@@ -219,7 +266,7 @@ class CpuPasses final : public Passes {
       for (int x = x0; x <= x1; ++x) {
         float dx = static_cast<float>(x) + 0.5f - d.x;
         float d2 = dx * dx + dy * dy;
-        if (d2 > reach * reach) continue;
+        if (d2 > reach * reach || row[x] >= d.ink) continue;
         float fib = tex.Fibre(x, y);
         float edge = d.r * (0.9f + 0.2f * fib);
         float cov = std::clamp(edge - std::sqrt(d2) + 0.5f, 0.0f, 1.0f);

@@ -88,7 +88,7 @@ StyleSet StyleFor(Style s) {
   StyleSet st{};
   switch (s) {
     case Style::kKai:
-      st.brush = {0.0f, 0, 1.0f, 0.12f, 0.05f, 0.45f, 0.0f, 0.0f, 0.0f};
+      st.brush = {0.0f, 0, 0.9f, 0.12f, 0.05f, 0.45f, 0.0f, 0.0f, 0.0f};
       st.jitter_scale = 0.02f; st.jitter_rot = 0.0f; st.jitter_shear = 0.0f; st.jitter_offset = 0.01f;
       st.glyph = 0.94f; st.reload_min = 4; st.reload_max = 6;
       break;

@@ -138,7 +138,8 @@ void PlanCharacter(const CharStrokes& ch, const Affine& xf, const BrushStyle& st
       last_dy = ty;
       float t = (s - s0) / span;
       float press = 1.0f + style.press * std::exp(-(t / 0.08f) * (t / 0.08f));
-      float dun = 1.0f + std::min(0.25f, turn * 0.6f);  // pause and press at a turn
+      // Pause and press at a turn (not in the flick of a hook at the very end).
+      float dun = 1.0f + std::min(0.25f, std::max(0.0f, turn - 0.08f) * 0.8f) * (1.0f - Smoothstep(0.8f, 0.95f, t));
       float v = speed * std::pow(std::sin(3.14159f * std::clamp(t, 0.0f, 1.0f)), 0.7f);
       float r = std::max(0.45f, p.hw * press * dun * (1.0f - style.speed_thin * v));
       float load = ink->load;
@@ -150,7 +151,7 @@ void PlanCharacter(const CharStrokes& ch, const Affine& xf, const BrushStyle& st
       d.r = r;
       d.nx = -ty;
       d.ny = tx;
-      d.ink = std::clamp(0.8f + 0.2f * load, 0.0f, 1.0f);
+      d.ink = std::clamp(0.66f + 0.34f * std::sqrt(load), 0.0f, 1.0f);  // 浓 to 淡 as the brush empties
       d.dry = dry;
       d.wet = std::clamp(load * load * 0.9f * (1.0f - 0.5f * v), 0.0f, 1.0f);
       d.s = s;

@@ -88,7 +88,8 @@ class CpuPasses final : public Passes {
     if (bx1 < 0) return;
     bx0 = std::max(0, bx0 - iterations); bx1 = std::min(wet->w - 1, bx1 + iterations);
     by0 = std::max(0, by0 - iterations); by1 = std::min(wet->h - 1, by1 + iterations);
-    Plane next = *wet;
+    thread_local Plane next;
+    next = *wet;
     for (int it = 0; it < iterations; ++it) {
       const Plane& src = *wet;
       ParallelFor(threads_, by1 - by0 + 1, [&](int r0, int r1) {
@@ -110,6 +111,7 @@ class CpuPasses final : public Passes {
       });
       std::swap(next.v, wet->v);
     }
+    if (next.v.size() > 1920u * 1080u) next = Plane{};
   }
 
   void Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) override {

@@ -93,12 +93,12 @@ StyleSet StyleFor(Style s) {
       st.glyph = 0.94f; st.reload_min = 4; st.reload_max = 6;
       break;
     case Style::kXing:
-      st.brush = {0.04f, 3, 0.95f, 0.2f, 0.15f, 1.0f, 0.45f, 0.12f, 5.0f};
+      st.brush = {0.04f, 3, 1.08f, 0.22f, 0.1f, 1.1f, 0.45f, 0.12f, 5.0f};
       st.jitter_scale = 0.08f; st.jitter_rot = 0.04f; st.jitter_shear = 0.08f; st.jitter_offset = 0.04f;
       st.glyph = 0.95f; st.reload_min = 3; st.reload_max = 5;
       break;
     case Style::kCao:
-      st.brush = {0.08f, 7, 0.82f, 0.25f, 0.25f, 1.25f, 0.9f, 0.45f, 12.0f};
+      st.brush = {0.08f, 7, 0.92f, 0.25f, 0.2f, 1.3f, 0.9f, 0.45f, 12.0f};
       st.jitter_scale = 0.14f; st.jitter_rot = 0.08f; st.jitter_shear = 0.14f; st.jitter_offset = 0.07f;
       st.glyph = 1.0f; st.reload_min = 3; st.reload_max = 5;
       break;
@@ -491,14 +491,15 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
     if (detail != nullptr) detail->placements.push_back(pl);
   }
   stats.dabs = dabs.size();
-  Plane inkp;
+  // Scratch planes are reused by the thread's next render (no page faults on
+  // fresh memory); planes above 4K are released afterwards.
+  thread_local Plane inkp, wet;
   inkp.Reset(w, h);
   passes->StampDabs(dabs, *textures_, &inkp);
   const auto ts1 = Clock::now();
   stats.strokes_ms = Ms(tb1, ts1);
 
   // Wet ink into the paper, at half resolution.
-  Plane wet;
   wet.Reset(std::max(1, w / 2), std::max(1, h / 2));
   passes->StampWet(dabs, static_cast<float>(wet.w) / W, &wet);
   passes->Diffuse(*textures_, std::clamp(static_cast<int>(layout.body_size / 40.0f), 1, 6), &wet);
@@ -529,7 +530,11 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   if (seal_chars.size() == 3) seal_chars.resize(2);
   DrawSeal(seal_chars, strokes_.get(), font_.get(), layout.seal_x, layout.seal_y, layout.seal_size, *textures_, rng, &img);
 
-  if (detail != nullptr) detail->ink = std::move(inkp.v);
+  if (detail != nullptr) detail->ink = inkp.v;
+  if (static_cast<int64_t>(w) * h > 3840LL * 2160LL) {
+    inkp = Plane{};
+    wet = Plane{};
+  }
   stats.total_ms = Ms(t0, Clock::now());
   if (stats_out != nullptr) *stats_out = stats;
   return img;

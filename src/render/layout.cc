@@ -59,28 +59,35 @@ Result<LayoutResult> Layout(const LayoutInput& in, const Region& region, const R
   // poem's lines as columns first, then as one flowing text.
   std::vector<std::vector<char32_t>> flowing(1);
   for (const auto& l : body) flowing[0].insert(flowing[0].end(), l.begin(), l.end());
+  // The largest cell that fits a region (0: none down to min_cell).
+  auto best_cell = [&](const Region& r) {
+    float main_len = in.vertical ? r.y1 - r.y0 : r.x1 - r.x0;
+    float cross_len = in.vertical ? r.x1 - r.x0 : r.y1 - r.y0;
+    float hi = std::min(main_len / 4.0f, cross_len / 1.5f);
+    for (float cand = hi; cand >= min_cell; cand *= 0.97f) {
+      if (CrossNeeded(groups, cand, main_len) <= cross_len) return cand;
+    }
+    return 0.0f;
+  };
+  // The preferred region unless the whole canvas allows much larger characters;
+  // the poem's lines as columns first, then as one flowing text.
   Region chosen{};
   float s = 0;
-  for (int attempt = 0; attempt < 4 && s == 0; ++attempt) {
-    const Region& r = attempt % 2 == 0 ? region : fallback;
-    if (attempt == 2 && !body.empty()) {
+  for (int flow = 0; flow < 2 && s == 0; ++flow) {
+    if (flow == 1) {
+      if (body.empty()) break;
       for (auto& g : groups) {
         if (g.role == Role::kPoem) g.lines = &flowing;
       }
     }
-    float main_len = in.vertical ? r.y1 - r.y0 : r.x1 - r.x0;
-    float cross_len = in.vertical ? r.x1 - r.x0 : r.y1 - r.y0;
-    // Body cells are no larger than a fifth of the main axis, and titles of one
-    // line need not be larger than the line.
-    float hi = std::min(main_len / 4.0f, cross_len / 1.5f);
-    for (float cand = hi; cand >= min_cell; cand *= 0.97f) {
-      if (CrossNeeded(groups, cand, main_len) <= cross_len) {
-        s = cand;
-        chosen = r;
-        break;
-      }
+    float sr = best_cell(region), sf = best_cell(fallback);
+    if (sr > 0 && sr >= 0.7f * sf) {
+      s = sr;
+      chosen = region;
+    } else if (sf > 0) {
+      s = sf;
+      chosen = fallback;
     }
-    // Lines that are short should not all become huge: cap by the longest line.
   }
   if (s == 0) {
     return InvalidArgument("the text does not fit the canvas (even with " + std::to_string(static_cast<int>(min_cell)) +

@@ -153,17 +153,26 @@ Result<LayoutResult> Layout(const LayoutInput& in, const Region& region, const R
       }
     }
   }
-  // Seal: after the last character written, along the main axis, else in the corner.
+  // Seal: after the last character written, along the main axis; where that
+  // run is full, at the end of a new run beside it (inside `fallback`).
   float seal = std::max(6.0f, std::min(0.72f * s, 1.6f * last_cs + 0.2f * s));
   float main_pos = last_main_end + 0.3f * s;
   float main_end = in.vertical ? chosen.y1 : chosen.x1;
-  if (main_pos + seal > main_end) main_pos = std::max(in.vertical ? chosen.y0 : chosen.x0, main_end - seal);
+  float cross_mid = last_cross_mid;
+  if (main_pos + seal > main_end) {
+    main_pos = std::max(in.vertical ? chosen.y0 : chosen.x0, main_end - seal);
+    float next_mid = last_cross_mid + 0.5f * last_cs * kPitch + 0.2f * s + 0.5f * seal;
+    // The new run's far edge, in canvas coordinates, must stay inside `fallback`.
+    bool fits = in.vertical ? chosen.x1 - next_mid - 0.5f * seal >= fallback.x0
+                            : chosen.y0 + next_mid + 0.5f * seal <= fallback.y1;
+    if (fits) cross_mid = next_mid;
+  }
   if (in.vertical) {
-    res.seal_x = chosen.x1 - last_cross_mid - 0.5f * seal;
+    res.seal_x = chosen.x1 - cross_mid - 0.5f * seal;
     res.seal_y = main_pos;
   } else {
     res.seal_x = main_pos;
-    res.seal_y = chosen.y0 + last_cross_mid - 0.5f * seal;
+    res.seal_y = chosen.y0 + cross_mid - 0.5f * seal;
   }
   res.seal_size = seal;
   res.block = chosen;

@@ -211,6 +211,28 @@ TEST(LayoutTest, VerticalColumnsRunRightToLeftAndFit) {
     EXPECT_LE(c.cy + c.size / 2, r.y1 + 1);
   }
   EXPECT_LT(res->cells.back().size, res->cells[1].size);  // signature smaller
+  // The seal never covers a character, also when the last run is full.
+  auto seal_clear = [](const LayoutResult& l) {
+    for (const auto& c : l.cells) {
+      float h = c.size / 2;
+      if (l.seal_x < c.cx + h && l.seal_x + l.seal_size > c.cx - h && l.seal_y < c.cy + h &&
+          l.seal_y + l.seal_size > c.cy - h)
+        return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(seal_clear(*res));
+  LayoutInput one_row;
+  one_row.vertical = false;
+  one_row.lines = {{U'永', U'和', U'九', U'年'}};
+  Region wide{50, 50, 850, 650};
+  auto full = Layout(one_row, wide, Region{0, 0, 900, 700}, 8);
+  ASSERT_TRUE(full.ok());
+  EXPECT_TRUE(seal_clear(*full));
+  one_row.vertical = true;
+  full = Layout(one_row, wide, Region{0, 0, 900, 700}, 8);
+  ASSERT_TRUE(full.ok());
+  EXPECT_TRUE(seal_clear(*full));
   in.vertical = false;
   auto hz = Layout(in, r, r, 8);
   ASSERT_TRUE(hz.ok());

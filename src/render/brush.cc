@@ -122,6 +122,26 @@ void PlanCharacter(const CharStrokes& ch, const Affine& xf, const BrushStyle& st
       float gap = std::hypot(start.x - prev_end.x, start.y - prev_end.y);
       if (gap < 0.7f * cell && gap > 1.0f) PlanHairline(prev_end, start, cell, rng, *ink, dabs);
     }
+    // 起笔: the tip lands just behind and to the side of the stroke's start and
+    // presses into it, giving the head its slanted bulge (not for dots).
+    if (style.entry > 0 && s1 - s0 > 3.0f * prev.hw) {
+      float ex = prev.x + (-dirx + diry) * prev.hw * style.entry;
+      float ey = prev.y + (-diry - dirx) * prev.hw * style.entry;
+      const float load = ink->load;
+      for (int k = 0; k < 4; ++k) {
+        float t = static_cast<float>(k) / 4.0f;
+        Dab d;
+        d.x = ex + (prev.x - ex) * t;
+        d.y = ey + (prev.y - ey) * t;
+        d.r = std::max(0.45f, prev.hw * (0.55f + 0.5f * t));
+        d.nx = -diry;
+        d.ny = dirx;
+        d.ink = std::clamp(0.66f + 0.34f * std::sqrt(load), 0.0f, 1.0f);
+        d.wet = std::clamp(load * load * 0.9f, 0.0f, 1.0f);
+        d.phase = phase;
+        dabs->push_back(d);
+      }
+    }
     float last_dx = dirx, last_dy = diry;
     size_t dir_hint = 0;
     const float span = std::max(1e-3f, s1 - s0);

@@ -33,6 +33,7 @@ struct BrushStyle {
   float hairline = 0;        // probability of a 游丝 between consecutive strokes
   float link_chars = 0;      // probability of a link into the next character of a column
   float wobble = 0;          // random displacement of median points, box units
+  float entry = 0;           // 起笔: how far behind/beside the start the tip lands, in half-widths
 };
 
 // The brush's ink load; drained by stroke length, reloaded by the caller.

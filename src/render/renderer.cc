@@ -90,16 +90,19 @@ StyleSet StyleFor(Style s) {
     case Style::kKai:
       st.brush = {0.0f, 0, 0.9f, 0.12f, 0.05f, 0.45f, 0.0f, 0.0f, 0.0f};
       st.jitter_scale = 0.02f; st.jitter_rot = 0.0f; st.jitter_shear = 0.0f; st.jitter_offset = 0.01f;
+      st.brush.entry = 0.7f;
       st.glyph = 0.94f; st.reload_min = 4; st.reload_max = 6;
       break;
     case Style::kXing:
       st.brush = {0.04f, 3, 1.08f, 0.22f, 0.1f, 1.1f, 0.45f, 0.12f, 5.0f};
       st.jitter_scale = 0.08f; st.jitter_rot = 0.04f; st.jitter_shear = 0.08f; st.jitter_offset = 0.04f;
+      st.brush.entry = 0.6f;
       st.glyph = 0.95f; st.reload_min = 3; st.reload_max = 5;
       break;
     case Style::kCao:
       st.brush = {0.08f, 7, 0.92f, 0.25f, 0.2f, 1.3f, 0.9f, 0.45f, 12.0f};
       st.jitter_scale = 0.14f; st.jitter_rot = 0.08f; st.jitter_shear = 0.14f; st.jitter_offset = 0.07f;
+      st.brush.entry = 0.4f;
       st.glyph = 1.0f; st.reload_min = 3; st.reload_max = 5;
       break;
   }

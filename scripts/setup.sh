@@ -9,6 +9,8 @@ PACKAGES=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libpng-dev libjpeg62-turbo-dev
+  # renderer: FreeType and the Kai font for characters the stroke data lacks
+  libfreetype-dev fonts-arphic-ukai
   # tests, benchmarks, sanitizers
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   # deploy/: container images (scripts/build-images.sh)

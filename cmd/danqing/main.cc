@@ -1,0 +1,26 @@
+// danqing: the workload CLI (render; serve is added by the service). Thin main:
+// the subcommands register themselves from their own files (commands.h).
+//
+// Exit codes: 0 success; 1 failure; 2 usage error.
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+#include "common/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"danqing: poetic calligraphy over ink-wash paintings"};
+  app.require_subcommand(1);
+  std::string log_level;
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off [env DANQING_LOG_LEVEL]");
+  app.parse_complete_callback([&] {
+    auto st = danqing::log::Configure(log_level);
+    if (!st.ok()) throw CLI::ValidationError("--log-level", st.message());
+  });
+  RegisterRenderCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}

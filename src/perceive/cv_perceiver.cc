@@ -117,6 +117,15 @@ class CvPerceiver final : public Perceiver {
     cv::Mat edges;
     cv::Canny(gray, edges, 80, 180);
     f->edge_density = cv::countNonZero(edges) / n;
+    const int third = std::max(1, h / 3);
+    f->top_edges = cv::countNonZero(edges.rowRange(0, third)) / (static_cast<double>(w) * third);
+
+    cv::Mat blurred;
+    cv::GaussianBlur(gray, blurred, cv::Size(5, 5), 1.5);
+    std::vector<cv::Vec3f> circles;
+    const int side = std::min(w, h);
+    cv::HoughCircles(blurred, circles, cv::HOUGH_GRADIENT, 1.5, side / 2.0, 150, 70, side / 6, side / 2);
+    f->vessels = static_cast<int>(circles.size());
 
     Palette(rgb, f);
     Detect(gray, f);
@@ -157,7 +166,7 @@ class CvPerceiver final : public Perceiver {
       // CascadeClassifier::detectMultiScale is not documented as thread-safe.
       std::lock_guard<std::mutex> lock(mu_);
       face_.detectMultiScale(eq, faces, 1.1, 5, 0, cv::Size(min_side, min_side));
-      cat_.detectMultiScale(eq, cats, 1.1, 6, 0, cv::Size(min_side, min_side));
+      cat_.detectMultiScale(gray, cats, 1.05, 3, 0, cv::Size(min_side, min_side));
     }
     f->faces = static_cast<int>(faces.size());
     double area = 0;

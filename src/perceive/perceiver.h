@@ -52,6 +52,8 @@ struct SceneFeatures {
   double night = 0;        // 0..1, how dark the image is overall
   double highlights = 0;   // fraction of very bright pixels (moon, stars, lamps)
   double edge_density = 0; // fraction of Canny edge pixels
+  double top_edges = 0;    // edge fraction in the top third (sky is smooth)
+  int vessels = 0;         // large circles (cup, bowl, plate rims) from a Hough transform
   int faces = 0;           // human frontal faces
   double face_area = 0;    // fraction of the image covered by faces
   int cat_faces = 0;       // cat faces

@@ -25,6 +25,12 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
   const double people = f.faces > 0 ? Clamp01(0.6 + 0.1 * f.faces + 2.0 * f.face_area) : 0.0;
   const double outdoor = Clamp01(std::max(f.sky, f.vegetation * 1.5) + f.water);
   const double dark = f.night;
+  // A textured top third is not open sky: warm colour there is a subject
+  // (fur, a table), not a sunset.
+  const double open_top = 1.0 - Ramp(f.top_edges, 0.03, 0.09);
+  // Skin tones look like autumn leaves; with faces in view they are skin.
+  const double not_skin = 1.0 - 0.8 * people;
+  const double indoor = 1.0 - Ramp(outdoor, 0.1, 0.4);
   const double day = 1.0 - dark;
 
   std::vector<ThemeScore> s = {
@@ -39,7 +45,8 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
       {"春", Clamp01(0.8 * Ramp(f.fresh_green, 0.05, 0.3) + 0.4 * Ramp(f.flower, 0.02, 0.15)) * day},
       {"夏", Clamp01(0.8 * Ramp(f.vegetation, 0.2, 0.6) * Ramp(f.brightness, 0.35, 0.6) +
                      0.3 * Ramp(f.sky, 0.2, 0.5) * Ramp(f.saturation, 0.3, 0.5)) * day},
-      {"秋", Clamp01(1.0 * Ramp(f.autumn, 0.08, 0.35) + 0.2 * Ramp(f.warmth, 0.1, 0.3)) * day},
+      {"秋", Clamp01(1.0 * Ramp(f.autumn, 0.08, 0.35) + 0.2 * Ramp(f.warmth, 0.1, 0.3)) * day * not_skin *
+                     (f.vessels > 0 || f.cat_faces > 0 ? 0.3 : 1.0)},
       {"冬", Clamp01(0.8 * Ramp(f.snow, 0.15, 0.5) +
                      0.3 * Ramp(0.2 - f.saturation, 0.0, 0.15) * Ramp(-f.warmth, -0.02, 0.08))},
       {"花", Clamp01(1.2 * Ramp(f.flower, 0.03, 0.25))},
@@ -48,13 +55,13 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
       {"城市", Clamp01(0.8 * Ramp(f.edge_density, 0.08, 0.2) * (1.0 - Ramp(f.vegetation, 0.05, 0.3)) *
                        (1.0 - Ramp(f.saturation, 0.35, 0.6))) * (1.0 - 0.6 * people)},
       {"田园", Clamp01(0.6 * Ramp(f.vegetation, 0.15, 0.5) * Ramp(f.sky, 0.05, 0.3) +
-                       0.4 * Ramp(f.autumn, 0.05, 0.25) * Ramp(f.sky, 0.05, 0.3)) * day},
-      {"日出日落", Clamp01(1.3 * Ramp(f.sunset, 0.06, 0.35) * Ramp(f.warmth, 0.0, 0.2))},
+                       0.4 * Ramp(f.autumn, 0.05, 0.25) * Ramp(f.sky, 0.05, 0.3) * not_skin) * day},
+      {"日出日落", Clamp01(1.3 * Ramp(f.sunset, 0.06, 0.35) * Ramp(f.warmth, 0.0, 0.2)) * open_top},
       {"天空", Clamp01(1.2 * Ramp(f.sky, 0.2, 0.7)) * day},
-      {"禽兽", f.cat_faces > 0 ? 0.85 : 0.0},
-      // Tea and wine: a warm, brown, indoor still life (no sky, no faces).
-      {"茶酒", Clamp01(1.2 * Ramp(f.earth, 0.15, 0.5) * (1.0 - Ramp(outdoor, 0.1, 0.4))) *
-                   (1.0 - people)},
+      {"禽兽", f.cat_faces > 0 ? 0.9 : 0.0},
+      // Tea and wine: a vessel's round rim, or a warm brown still life, indoors.
+      {"茶酒", Clamp01((f.vessels > 0 ? 0.8 : 0.0) + 0.6 * Ramp(f.earth, 0.15, 0.5)) * indoor *
+                   (1.0 - people) * (f.cat_faces > 0 ? 0.3 : 1.0)},
       // The traveller's theme is the fallback when nothing is clear.
       {"远行", 0.1},
   };

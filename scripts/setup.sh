@@ -8,6 +8,7 @@ PACKAGES=(
   # libraries
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libpng-dev libjpeg62-turbo-dev
   # tests, benchmarks, sanitizers
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
 )

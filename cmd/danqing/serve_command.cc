@@ -12,7 +12,7 @@
 #include <memory>
 #include <thread>
 
-#include "cmd/danqing/commands.h"
+#include "commands.h"
 #include "perceive/perceiver.h"
 #include "service/assets.h"
 #include "service/inscription_renderer.h"
@@ -105,8 +105,11 @@ int RunServe(const ServeFlags& f) {
 }
 
 }  // namespace
+}  // namespace danqing::cli
 
 void RegisterServeCommand(CLI::App& app) {
+  using danqing::cli::ServeFlags;
+  using danqing::cli::RunServe;
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the HTTP API and upload page (docs/service.md)");
   cmd->add_option("--host", flags->host, "Address to listen on")->capture_default_str();
@@ -138,5 +141,3 @@ void RegisterServeCommand(CLI::App& app) {
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }
-
-}  // namespace danqing::cli

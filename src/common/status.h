@@ -28,6 +28,7 @@ enum class StatusCode {
   kDeadlineExceeded,
   kAlreadyExists,
   kInternal,           // a bug or an unexpected answer from below
+  kResourceExhausted,  // the input is well-formed but over a size limit (image too large)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -64,6 +65,9 @@ inline Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, s
 inline Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
 inline Status FailedPrecondition(std::string msg) {
   return {StatusCode::kFailedPrecondition, std::move(msg)};
+}
+inline Status ResourceExhausted(std::string msg) {
+  return {StatusCode::kResourceExhausted, std::move(msg)};
 }
 
 // Either a T or a non-OK Status.

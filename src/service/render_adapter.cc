@@ -1,40 +1,52 @@
-// Binds the service's InscriptionRenderer to danqing::render::Renderer.
-//
-// PLACEHOLDER until the render module is merged: draws the photo as a pale
-// grey wash on paper and no calligraphy. Replace with the real renderer.
+// Binds the service's InscriptionRenderer to danqing::render::Renderer (CPU).
 #include <algorithm>
 
+#include "render/renderer.h"
 #include "service/inscription_renderer.h"
 
 namespace danqing::service {
 namespace {
 
-class PlaceholderRenderer final : public InscriptionRenderer {
+class CalligraphyRenderer final : public InscriptionRenderer {
  public:
+  CalligraphyRenderer(std::unique_ptr<render::Renderer> renderer, int threads)
+      : renderer_(std::move(renderer)), threads_(threads) {}
+
   Result<image::Image> Render(const InscriptionJob& job) const override {
-    if (job.width < 64 || job.height < 64 || job.width > 8192 || job.height > 8192) {
-      return InvalidArgument("canvas size out of range");
-    }
-    image::Image out = image::Image::Filled(job.width, job.height, 242, 234, 214);
-    if (job.photo != nullptr && !job.photo->empty()) {
-      image::Image scaled = image::Resize(*job.photo, job.width, job.height);
-      for (size_t i = 0; i + 2 < out.rgb.size(); i += 3) {
-        const int grey = (scaled.rgb[i] * 3 + scaled.rgb[i + 1] * 6 + scaled.rgb[i + 2]) / 10;
-        for (size_t k = 0; k < 3; ++k) {
-          out.rgb[i + k] = static_cast<uint8_t>((out.rgb[i + k] * 3 + grey) / 4);
-        }
-      }
-    }
-    return out;
+    const auto style = render::ParseStyle(job.style);
+    if (!style) return InvalidArgument("unknown style '" + job.style + "'");
+    const auto background = render::ParseBackground(job.background);
+    if (!background) return InvalidArgument("unknown background '" + job.background + "'");
+    render::Inscription text{job.text, job.title, job.signature, job.date};
+    render::RenderOptions o;
+    o.width = job.width;
+    o.height = job.height;
+    o.style = *style;
+    o.background = *background;
+    o.seed = job.seed;
+    o.vertical = job.vertical;
+    o.photo = job.photo;
+    o.threads = threads_;
+    return renderer_->Render(text, o);
   }
-  bool CanRender(char32_t c) const override { return c >= 0x4E00 && c <= 0x9FFF; }
+  bool CanRender(char32_t c) const override { return renderer_->CanRender(c); }
   std::string Backend() const override { return "cpu"; }
+
+ private:
+  std::unique_ptr<render::Renderer> renderer_;
+  const int threads_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(const RendererSettings&) {
-  return std::unique_ptr<InscriptionRenderer>(std::make_unique<PlaceholderRenderer>());
+Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(const RendererSettings& settings) {
+  render::RendererConfig config;
+  config.strokes_path = settings.strokes_path;
+  config.font_path = settings.font_path;
+  auto r = render::Renderer::Create(config);
+  if (!r.ok()) return r.status();
+  return std::unique_ptr<InscriptionRenderer>(
+      std::make_unique<CalligraphyRenderer>(std::move(r).value(), std::max(1, settings.threads_per_render)));
 }
 
 }  // namespace danqing::service

@@ -1,0 +1,790 @@
+#include "image/image.h"
+
+// clang-format off
+#include <csetjmp>
+#include <cstdio>   // jpeglib.h needs FILE
+#include <jpeglib.h>
+#include <jerror.h>
+#include <png.h>
+// clang-format on
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "common/atomic_file.h"
+
+// libpng and libjpeg report errors by longjmp. The rule kept here: every
+// setjmp lives in a small "phase" function whose frame holds only trivially
+// destructible locals and that only returns false after the jump; the codec
+// state and every buffer live in an RAII context owned by the caller, so a
+// jump skips no destructor and leaks nothing. Callbacks never longjmp from
+// inside a catch block.
+
+namespace danqing::image {
+namespace {
+
+constexpr uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+constexpr int kMaxJpegScans = 1000;  // a progressive JPEG with more is a CPU bomb
+constexpr size_t kMessageSize = 256;
+
+uint32_t Be32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+void CopyMessage(char (&dst)[kMessageSize], const char* src) {
+  std::snprintf(dst, sizeof dst, "%s", src != nullptr ? src : "unknown error");
+}
+
+std::string Dims(uint64_t w, uint64_t h) {
+  return std::to_string(w) + "x" + std::to_string(h);
+}
+
+Status CheckLimits(const Header& h, const Limits& limits) {
+  std::string what(FormatName(h.format));
+  if (h.width > limits.max_side || h.height > limits.max_side) {
+    return ResourceExhausted(what + " image is " + Dims(h.width, h.height) +
+                             ", over the limit of " + std::to_string(limits.max_side) +
+                             " pixels per side");
+  }
+  uint64_t pixels = uint64_t(h.width) * uint64_t(h.height);
+  if (pixels > limits.max_pixels) {
+    return ResourceExhausted(what + " image is " + Dims(h.width, h.height) + " = " +
+                             std::to_string(pixels) + " pixels, over the limit of " +
+                             std::to_string(limits.max_pixels));
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- PNG read
+
+Result<Header> ReadPngHeader(std::span<const uint8_t> bytes) {
+  // signature(8) | length(4) "IHDR"(4) width(4) height(4) depth colour ...
+  if (bytes.size() < 8 + 8 + 13) return InvalidArgument("truncated PNG: no complete IHDR chunk");
+  const uint8_t* p = bytes.data() + 8;
+  if (Be32(p) != 13 || std::memcmp(p + 4, "IHDR", 4) != 0) {
+    return InvalidArgument("malformed PNG: the first chunk is not a 13-byte IHDR");
+  }
+  uint32_t w = Be32(p + 8), h = Be32(p + 12);
+  if (w == 0 || h == 0 || w > 0x7fffffffu || h > 0x7fffffffu) {
+    return InvalidArgument("malformed PNG: invalid dimensions " + Dims(w, h));
+  }
+  return Header{Format::kPng, int(w), int(h), 1};
+}
+
+struct PngReadContext {
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  std::span<const uint8_t> src;
+  size_t pos = 0;
+  char message[kMessageSize] = {};
+
+  PngReadContext() = default;
+  PngReadContext(const PngReadContext&) = delete;
+  PngReadContext& operator=(const PngReadContext&) = delete;
+  ~PngReadContext() {
+    if (png != nullptr) png_destroy_read_struct(&png, info != nullptr ? &info : nullptr, nullptr);
+  }
+};
+
+void PngOnError(png_structp png, png_const_charp msg) {
+  auto* ctx = static_cast<PngReadContext*>(png_get_error_ptr(png));
+  CopyMessage(ctx->message, msg);
+  png_longjmp(png, 1);
+}
+void PngOnWarning(png_structp, png_const_charp) {}  // benign: ancillary chunk CRC, etc.
+
+void PngReadBytes(png_structp png, png_bytep data, size_t length) {
+  auto* ctx = static_cast<PngReadContext*>(png_get_io_ptr(png));
+  if (length > ctx->src.size() - ctx->pos) png_error(png, "truncated PNG data");
+  std::memcpy(data, ctx->src.data() + ctx->pos, length);
+  ctx->pos += length;
+}
+
+struct PngLayout {
+  uint32_t width = 0, height = 0;
+  int channels = 0;  // after transforms: 3 (RGB) or 4 (RGBA)
+};
+
+// Phase 1: IHDR and friends, transforms to 8-bit RGB(A).
+bool PngReadInfo(PngReadContext* ctx, const Limits* limits, PngLayout* out) {
+  if (setjmp(png_jmpbuf(ctx->png))) return false;
+  png_structp png = ctx->png;
+  png_set_user_limits(png, uint32_t(limits->max_side), uint32_t(limits->max_side));
+  png_set_read_fn(png, ctx, PngReadBytes);
+  png_read_info(png, ctx->info);
+  int depth = png_get_bit_depth(png, ctx->info);
+  int colour = png_get_color_type(png, ctx->info);
+  if (depth == 16) png_set_scale_16(png);
+  if (colour == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (colour == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (png_get_valid(png, ctx->info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(png);
+  if (colour == PNG_COLOR_TYPE_GRAY || colour == PNG_COLOR_TYPE_GRAY_ALPHA) {
+    png_set_gray_to_rgb(png);
+  }
+  png_set_interlace_handling(png);
+  png_read_update_info(png, ctx->info);
+  out->width = png_get_image_width(png, ctx->info);
+  out->height = png_get_image_height(png, ctx->info);
+  out->channels = png_get_channels(png, ctx->info);
+  if (png_get_bit_depth(png, ctx->info) != 8 ||
+      png_get_rowbytes(png, ctx->info) != size_t(out->width) * size_t(out->channels)) {
+    png_error(png, "unexpected row layout after conversion to 8-bit RGB");
+  }
+  return true;
+}
+
+// Phase 2: every row (all interlace passes), then the chunks after IDAT.
+bool PngReadRows(PngReadContext* ctx, png_bytepp rows) {
+  if (setjmp(png_jmpbuf(ctx->png))) return false;
+  png_read_image(ctx->png, rows);
+  png_read_end(ctx->png, nullptr);
+  return true;
+}
+
+Result<Image> DecodePng(std::span<const uint8_t> bytes, const Limits& limits) {
+  PngReadContext ctx;
+  ctx.src = bytes;
+  ctx.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, PngOnError, PngOnWarning);
+  if (ctx.png == nullptr) return Internal("png_create_read_struct failed");
+  ctx.info = png_create_info_struct(ctx.png);
+  if (ctx.info == nullptr) return Internal("png_create_info_struct failed");
+
+  PngLayout layout;
+  if (!PngReadInfo(&ctx, &limits, &layout)) {
+    return InvalidArgument(std::string("corrupt PNG: ") + ctx.message);
+  }
+  Header h{Format::kPng, int(layout.width), int(layout.height), 1};
+  if (Status s = CheckLimits(h, limits); !s.ok()) return s;
+
+  Image img;
+  img.width = h.width;
+  img.height = h.height;
+  const size_t w = layout.width, hh = layout.height;
+  img.rgb.resize(w * hh * 3);
+  std::vector<uint8_t> rgba;
+  std::vector<png_bytep> rows(hh);
+  if (layout.channels == 3) {
+    for (size_t y = 0; y < hh; ++y) rows[y] = img.rgb.data() + y * w * 3;
+  } else {
+    rgba.resize(w * hh * 4);
+    for (size_t y = 0; y < hh; ++y) rows[y] = rgba.data() + y * w * 4;
+  }
+  if (!PngReadRows(&ctx, rows.data())) {
+    return InvalidArgument(std::string("corrupt or truncated PNG: ") + ctx.message);
+  }
+  if (layout.channels == 4) {  // composite on white
+    const uint8_t* s = rgba.data();
+    uint8_t* d = img.rgb.data();
+    for (size_t i = 0, n = w * hh; i < n; ++i, s += 4, d += 3) {
+      unsigned a = s[3];
+      for (int c = 0; c < 3; ++c) d[c] = uint8_t((s[c] * a + 255u * (255u - a) + 127u) / 255u);
+    }
+  }
+  return img;
+}
+
+// ---------------------------------------------------------------- JPEG read
+
+struct JpegErrorManager {
+  jpeg_error_mgr mgr;  // first: libjpeg's cinfo->err points here
+  std::jmp_buf jump;
+  char message[kMessageSize];
+};
+
+void JpegOnError(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  char buf[JMSG_LENGTH_MAX];
+  (*cinfo->err->format_message)(cinfo, buf);
+  CopyMessage(err->message, buf);
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings that mean the pixels are not what the file meant (truncation,
+// corrupt entropy data) are fatal: no partially decoded photo is returned.
+void JpegOnMessage(j_common_ptr cinfo, int level) {
+  if (level != -1) return;
+  switch (cinfo->err->msg_code) {
+    case JWRN_ARITH_BAD_CODE:
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+    case JWRN_JPEG_EOF:
+    case JWRN_MUST_RESYNC:
+    case JWRN_BOGUS_PROGRESSION:
+    case JWRN_NOT_SEQUENTIAL: JpegOnError(cinfo); break;
+    default: break;  // extraneous bytes, unknown JFIF revision, bad ICC: pixels are fine
+  }
+}
+
+void JpegOnProgress(j_common_ptr cinfo) {
+  if (!cinfo->is_decompressor) return;
+  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (d->input_scan_number > kMaxJpegScans) {
+    auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+    CopyMessage(err->message, "more than 1000 progressive scans");
+    std::longjmp(err->jump, 1);
+  }
+}
+
+struct JpegReadContext {
+  jpeg_decompress_struct cinfo;
+  JpegErrorManager err;
+  jpeg_progress_mgr progress;
+  bool created = false;
+
+  JpegReadContext() {
+    std::memset(&cinfo, 0, sizeof cinfo);
+    std::memset(&err, 0, sizeof err);
+    std::memset(&progress, 0, sizeof progress);
+  }
+  JpegReadContext(const JpegReadContext&) = delete;
+  JpegReadContext& operator=(const JpegReadContext&) = delete;
+  ~JpegReadContext() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+};
+
+struct JpegInfo {
+  int width = 0, height = 0;
+  bool cmyk = false;
+  bool adobe = false;
+  int orientation = 1;
+};
+
+bool JpegReadInfo(JpegReadContext* ctx, std::span<const uint8_t> bytes, JpegInfo* out) {
+  ctx->cinfo.err = jpeg_std_error(&ctx->err.mgr);
+  ctx->err.mgr.error_exit = JpegOnError;
+  ctx->err.mgr.emit_message = JpegOnMessage;
+  if (setjmp(ctx->err.jump)) return false;
+  jpeg_create_decompress(&ctx->cinfo);
+  ctx->created = true;
+  ctx->progress.progress_monitor = JpegOnProgress;
+  ctx->cinfo.progress = &ctx->progress;
+  jpeg_mem_src(&ctx->cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  jpeg_save_markers(&ctx->cinfo, JPEG_APP0 + 1, 0xFFFF);
+  jpeg_read_header(&ctx->cinfo, TRUE);
+  out->width = int(ctx->cinfo.image_width);
+  out->height = int(ctx->cinfo.image_height);
+  out->cmyk = ctx->cinfo.jpeg_color_space == JCS_CMYK || ctx->cinfo.jpeg_color_space == JCS_YCCK;
+  out->adobe = ctx->cinfo.saw_Adobe_marker != 0;
+  for (jpeg_saved_marker_ptr m = ctx->cinfo.marker_list; m != nullptr; m = m->next) {
+    if (m->marker != JPEG_APP0 + 1) continue;
+    int o = ParseExifOrientation({m->data, m->data_length});
+    if (o != 1 || out->orientation == 1) out->orientation = o;
+    if (o != 1) break;
+  }
+  return true;
+}
+
+bool JpegReadPixels(JpegReadContext* ctx, uint8_t* dst, int components) {
+  if (setjmp(ctx->err.jump)) return false;
+  j_decompress_ptr c = &ctx->cinfo;
+  jpeg_start_decompress(c);
+  if (c->output_width != c->image_width || c->output_height != c->image_height ||
+      c->output_components != components) {
+    ERREXIT(c, JERR_CONVERSION_NOTIMPL);
+  }
+  const size_t stride = size_t(c->output_width) * size_t(components);
+  while (c->output_scanline < c->output_height) {
+    JSAMPROW row = dst + size_t(c->output_scanline) * stride;
+    if (jpeg_read_scanlines(c, &row, 1) != 1) ERREXIT(c, JERR_INPUT_EMPTY);
+  }
+  jpeg_finish_decompress(c);
+  return true;
+}
+
+Result<Header> ReadJpegHeader(std::span<const uint8_t> bytes) {
+  JpegReadContext ctx;
+  JpegInfo info;
+  if (!JpegReadInfo(&ctx, bytes, &info)) {
+    return InvalidArgument(std::string("corrupt JPEG header: ") + ctx.err.message);
+  }
+  return Header{Format::kJpeg, info.width, info.height, info.orientation};
+}
+
+Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
+  JpegReadContext ctx;
+  JpegInfo info;
+  if (!JpegReadInfo(&ctx, bytes, &info)) {
+    return InvalidArgument(std::string("corrupt JPEG header: ") + ctx.err.message);
+  }
+  Header h{Format::kJpeg, info.width, info.height, info.orientation};
+  if (Status s = CheckLimits(h, limits); !s.ok()) return s;
+
+  ctx.cinfo.out_color_space = info.cmyk ? JCS_CMYK : JCS_RGB;
+  const int components = info.cmyk ? 4 : 3;
+  const size_t w = size_t(info.width), hh = size_t(info.height);
+  Image img;
+  img.width = info.width;
+  img.height = info.height;
+  std::vector<uint8_t> cmyk;
+  if (info.cmyk) {
+    cmyk.resize(w * hh * 4);
+  } else {
+    img.rgb.resize(w * hh * 3);
+  }
+  if (!JpegReadPixels(&ctx, info.cmyk ? cmyk.data() : img.rgb.data(), components)) {
+    return InvalidArgument(std::string("corrupt or truncated JPEG: ") + ctx.err.message);
+  }
+  if (info.cmyk) {
+    // Adobe (Photoshop) CMYK JPEGs store inverted values; others store plain ink.
+    img.rgb.resize(w * hh * 3);
+    const uint8_t* s = cmyk.data();
+    uint8_t* d = img.rgb.data();
+    for (size_t i = 0, n = w * hh; i < n; ++i, s += 4, d += 3) {
+      unsigned k = info.adobe ? s[3] : 255u - s[3];
+      for (int c = 0; c < 3; ++c) {
+        unsigned v = info.adobe ? s[c] : 255u - s[c];
+        d[c] = uint8_t((v * k + 127u) / 255u);
+      }
+    }
+  }
+  if (info.orientation != 1) return ApplyOrientation(img, info.orientation);
+  return img;
+}
+
+// ---------------------------------------------------------------- writers
+
+Status CheckEncodable(const Image& img) {
+  if (img.width <= 0 || img.height <= 0) {
+    return InvalidArgument(
+        "cannot encode an empty image (" +
+        Dims(uint64_t(std::max(img.width, 0)), uint64_t(std::max(img.height, 0))) + ")");
+  }
+  size_t want = size_t(img.width) * size_t(img.height) * 3;
+  if (img.rgb.size() != want) {
+    return InvalidArgument("image buffer holds " + std::to_string(img.rgb.size()) + " bytes, " +
+                           Dims(img.width, img.height) + " RGB8 needs " + std::to_string(want));
+  }
+  return Status::Ok();
+}
+
+struct PngWriteContext {
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  std::string out;
+  char message[kMessageSize] = {};
+
+  PngWriteContext() = default;
+  PngWriteContext(const PngWriteContext&) = delete;
+  PngWriteContext& operator=(const PngWriteContext&) = delete;
+  ~PngWriteContext() {
+    if (png != nullptr) png_destroy_write_struct(&png, info != nullptr ? &info : nullptr);
+  }
+};
+
+void PngWriteOnError(png_structp png, png_const_charp msg) {
+  auto* ctx = static_cast<PngWriteContext*>(png_get_error_ptr(png));
+  CopyMessage(ctx->message, msg);
+  png_longjmp(png, 1);
+}
+
+void PngWriteBytes(png_structp png, png_bytep data, size_t length) {
+  auto* ctx = static_cast<PngWriteContext*>(png_get_io_ptr(png));
+  bool failed = false;
+  try {
+    ctx->out.append(reinterpret_cast<const char*>(data), length);
+  } catch (const std::bad_alloc&) {
+    failed = true;
+  }
+  if (failed) png_error(png, "out of memory");
+}
+void PngFlush(png_structp) {}
+
+bool PngWriteAll(PngWriteContext* ctx, const Image* img, int level) {
+  if (setjmp(png_jmpbuf(ctx->png))) return false;
+  png_structp png = ctx->png;
+  png_set_write_fn(png, ctx, PngWriteBytes, PngFlush);
+  png_set_compression_level(png, level);
+  png_set_IHDR(png, ctx->info, uint32_t(img->width), uint32_t(img->height), 8, PNG_COLOR_TYPE_RGB,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, ctx->info);
+  for (int y = 0; y < img->height; ++y) png_write_row(png, img->row(y));
+  png_write_end(png, nullptr);
+  return true;
+}
+
+constexpr size_t kJpegChunk = 64 * 1024;
+
+struct JpegWriteContext {
+  jpeg_compress_struct cinfo;
+  JpegErrorManager err;
+  jpeg_destination_mgr dest;
+  std::string out;
+  std::vector<uint8_t> chunk = std::vector<uint8_t>(kJpegChunk);
+  bool created = false;
+
+  JpegWriteContext() {
+    std::memset(&cinfo, 0, sizeof cinfo);
+    std::memset(&err, 0, sizeof err);
+    std::memset(&dest, 0, sizeof dest);
+  }
+  JpegWriteContext(const JpegWriteContext&) = delete;
+  JpegWriteContext& operator=(const JpegWriteContext&) = delete;
+  ~JpegWriteContext() {
+    if (created) jpeg_destroy_compress(&cinfo);
+  }
+};
+
+JpegWriteContext* WriteContextOf(j_compress_ptr c) {
+  return static_cast<JpegWriteContext*>(c->client_data);
+}
+
+void JpegDestInit(j_compress_ptr c) {
+  JpegWriteContext* ctx = WriteContextOf(c);
+  c->dest->next_output_byte = ctx->chunk.data();
+  c->dest->free_in_buffer = ctx->chunk.size();
+}
+
+// Appends `n` bytes of the chunk; longjmps (outside any catch) on bad_alloc.
+void JpegDestAppend(j_compress_ptr c, size_t n) {
+  JpegWriteContext* ctx = WriteContextOf(c);
+  bool failed = false;
+  try {
+    ctx->out.append(reinterpret_cast<const char*>(ctx->chunk.data()), n);
+  } catch (const std::bad_alloc&) {
+    failed = true;
+  }
+  if (failed) ERREXIT(c, JERR_OUT_OF_MEMORY);
+}
+
+boolean JpegDestEmpty(j_compress_ptr c) {
+  JpegDestAppend(c, WriteContextOf(c)->chunk.size());
+  JpegDestInit(c);
+  return TRUE;
+}
+
+void JpegDestTerm(j_compress_ptr c) {
+  JpegDestAppend(c, WriteContextOf(c)->chunk.size() - c->dest->free_in_buffer);
+}
+
+bool JpegWriteAll(JpegWriteContext* ctx, const Image* img, int quality) {
+  ctx->cinfo.err = jpeg_std_error(&ctx->err.mgr);
+  ctx->err.mgr.error_exit = JpegOnError;
+  if (setjmp(ctx->err.jump)) return false;
+  j_compress_ptr c = &ctx->cinfo;
+  jpeg_create_compress(c);
+  ctx->created = true;
+  c->client_data = ctx;
+  ctx->dest.init_destination = JpegDestInit;
+  ctx->dest.empty_output_buffer = JpegDestEmpty;
+  ctx->dest.term_destination = JpegDestTerm;
+  c->dest = &ctx->dest;
+  c->image_width = JDIMENSION(img->width);
+  c->image_height = JDIMENSION(img->height);
+  c->input_components = 3;
+  c->in_color_space = JCS_RGB;
+  jpeg_set_defaults(c);
+  jpeg_set_quality(c, quality, TRUE);
+  jpeg_start_compress(c, TRUE);
+  while (c->next_scanline < c->image_height) {
+    // libjpeg's API takes non-const rows; it does not write to them.
+    JSAMPROW row = const_cast<uint8_t*>(img->row(int(c->next_scanline)));
+    jpeg_write_scanlines(c, &row, 1);
+  }
+  jpeg_finish_compress(c);
+  return true;
+}
+
+std::string LowerExtension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char ch) { return char(std::tolower(ch)); });
+  return ext;
+}
+
+// Resampling weights for one axis: dst index -> (first source index, weights).
+struct Taps {
+  std::vector<int> first;       // first source index for dst i
+  std::vector<int> count;       // how many source pixels dst i reads
+  std::vector<size_t> offsets;  // where dst i's weights start in `weights`
+  std::vector<float> weights;
+  size_t offset_of(size_t i) const { return offsets[i]; }
+};
+
+Taps MakeTaps(int src, int dst) {
+  Taps t;
+  t.first.resize(size_t(dst));
+  t.count.resize(size_t(dst));
+  t.offsets.resize(size_t(dst));
+  const double scale = double(src) / double(dst);
+  for (int d = 0; d < dst; ++d) {
+    t.offsets[size_t(d)] = t.weights.size();
+    if (dst < src) {  // area: each source pixel weighted by how much of it the dst pixel covers
+      double start = d * scale, end = (d + 1) * scale;
+      int s0 = int(std::floor(start));
+      int s1 = std::min(src, int(std::ceil(end)));
+      t.first[size_t(d)] = s0;
+      t.count[size_t(d)] = s1 - s0;
+      for (int s = s0; s < s1; ++s) {
+        double cover = std::min(end, double(s + 1)) - std::max(start, double(s));
+        t.weights.push_back(float(cover / scale));
+      }
+    } else {  // bilinear on pixel centres, clamped at the edges
+      double centre = std::clamp((d + 0.5) * scale - 0.5, 0.0, double(src - 1));
+      int s0 = int(std::floor(centre));
+      int s1 = std::min(s0 + 1, src - 1);
+      float f = float(centre - s0);
+      t.first[size_t(d)] = s0;
+      t.count[size_t(d)] = s1 - s0 + 1;
+      t.weights.push_back(s1 == s0 ? 1.0f : 1.0f - f);
+      if (s1 != s0) t.weights.push_back(f);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- public
+
+Image Image::Filled(int width, int height, uint8_t r, uint8_t g, uint8_t b) {
+  Image img;
+  if (width <= 0 || height <= 0) return img;
+  img.width = width;
+  img.height = height;
+  img.rgb.resize(size_t(width) * size_t(height) * 3);
+  for (size_t i = 0; i < img.rgb.size(); i += 3) {
+    img.rgb[i] = r;
+    img.rgb[i + 1] = g;
+    img.rgb[i + 2] = b;
+  }
+  return img;
+}
+
+Format Sniff(std::span<const uint8_t> bytes) {
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPngSignature, 8) == 0) return Format::kPng;
+  if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
+    return Format::kJpeg;
+  }
+  return Format::kUnknown;
+}
+
+std::string_view FormatName(Format format) {
+  switch (format) {
+    case Format::kPng: return "png";
+    case Format::kJpeg: return "jpeg";
+    case Format::kUnknown: break;
+  }
+  return "unknown";
+}
+
+Result<Header> ReadHeader(std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return InvalidArgument("empty input: zero bytes is not an image");
+  switch (Sniff(bytes)) {
+    case Format::kPng: return ReadPngHeader(bytes);
+    case Format::kJpeg: return ReadJpegHeader(bytes);
+    case Format::kUnknown: break;
+  }
+  return InvalidArgument("not a PNG or JPEG image (unrecognised leading bytes)");
+}
+
+Result<Image> Decode(std::span<const uint8_t> bytes, const Limits& limits) {
+  if (bytes.size() > limits.max_bytes) {
+    return ResourceExhausted("image is " + std::to_string(bytes.size()) +
+                             " bytes, over the limit of " + std::to_string(limits.max_bytes));
+  }
+  Result<Header> header = ReadHeader(bytes);
+  if (!header.ok()) return header.status();
+  // Refuse bombs from the header alone, before any pixel buffer exists.
+  if (Status s = CheckLimits(*header, limits); !s.ok()) return s;
+  if (header->format == Format::kPng) return DecodePng(bytes, limits);
+  return DecodeJpeg(bytes, limits);
+}
+
+Result<Image> ReadFile(const std::string& path, const Limits& limits) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  if (ec) {
+    if (ec == std::errc::no_such_file_or_directory) {
+      return NotFound("image file " + path + ": " + ec.message());
+    }
+    return Unavailable("image file " + path + ": " + ec.message());
+  }
+  if (size > limits.max_bytes) {
+    return ResourceExhausted("image file " + path + " is " + std::to_string(size) +
+                             " bytes, over the limit of " + std::to_string(limits.max_bytes));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Unavailable("image file " + path + ": cannot open");
+  std::vector<uint8_t> bytes(size_t{size});
+  in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
+  if (in.gcount() != std::streamsize(bytes.size())) {
+    return Unavailable("image file " + path + ": short read");
+  }
+  Result<Image> img = Decode(bytes, limits);
+  if (!img.ok()) return img.status().WithContext(path);
+  return img;
+}
+
+Result<std::string> EncodePng(const Image& img, int compression_level) {
+  if (Status s = CheckEncodable(img); !s.ok()) return s;
+  if (compression_level < 0 || compression_level > 9) {
+    return InvalidArgument("PNG compression level " + std::to_string(compression_level) +
+                           " is outside 0..9");
+  }
+  PngWriteContext ctx;
+  ctx.png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &ctx, PngWriteOnError, PngOnWarning);
+  if (ctx.png == nullptr) return Internal("png_create_write_struct failed");
+  ctx.info = png_create_info_struct(ctx.png);
+  if (ctx.info == nullptr) return Internal("png_create_info_struct failed");
+  if (!PngWriteAll(&ctx, &img, compression_level)) {
+    return Internal(std::string("PNG encoding failed: ") + ctx.message);
+  }
+  return std::move(ctx.out);
+}
+
+Result<std::string> EncodeJpeg(const Image& img, int quality) {
+  if (Status s = CheckEncodable(img); !s.ok()) return s;
+  if (quality < 1 || quality > 100) {
+    return InvalidArgument("JPEG quality " + std::to_string(quality) + " is outside 1..100");
+  }
+  if (img.width > JPEG_MAX_DIMENSION || img.height > JPEG_MAX_DIMENSION) {
+    return InvalidArgument("JPEG cannot store " + Dims(img.width, img.height) + " (max side " +
+                           std::to_string(JPEG_MAX_DIMENSION) + ")");
+  }
+  JpegWriteContext ctx;
+  if (!JpegWriteAll(&ctx, &img, quality)) {
+    return Internal(std::string("JPEG encoding failed: ") + ctx.err.message);
+  }
+  return std::move(ctx.out);
+}
+
+Status WriteFile(const std::string& path, const Image& img) {
+  std::string ext = LowerExtension(path);
+  bool png = ext == ".png";
+  if (!png && ext != ".jpg" && ext != ".jpeg") {
+    return InvalidArgument("cannot tell the image format of " + path +
+                           " (extension must be .png, .jpg or .jpeg)");
+  }
+  Result<std::string> bytes = png ? EncodePng(img) : EncodeJpeg(img);
+  if (!bytes.ok()) return bytes.status().WithContext(path);
+  return WriteFileAtomically(path, *bytes);
+}
+
+Image Resize(const Image& src, int width, int height) {
+  if (src.empty() || width <= 0 || height <= 0 ||
+      src.rgb.size() != size_t(src.width) * size_t(src.height) * 3) {
+    return {};
+  }
+  if (width == src.width && height == src.height) return src;
+  Taps tx = MakeTaps(src.width, width);
+  Taps ty = MakeTaps(src.height, height);
+  // Horizontal pass into floats (width x src.height), then vertical.
+  std::vector<float> tmp(size_t(width) * size_t(src.height) * 3);
+  for (int y = 0; y < src.height; ++y) {
+    const uint8_t* in = src.row(y);
+    float* out = tmp.data() + size_t(y) * size_t(width) * 3;
+    for (int x = 0; x < width; ++x) {
+      const float* w = tx.weights.data() + tx.offset_of(size_t(x));
+      const uint8_t* p = in + size_t(tx.first[size_t(x)]) * 3;
+      float acc[3] = {0, 0, 0};
+      for (int k = 0; k < tx.count[size_t(x)]; ++k, p += 3) {
+        for (int c = 0; c < 3; ++c) acc[c] += w[k] * float(p[c]);
+      }
+      for (int c = 0; c < 3; ++c) out[size_t(x) * 3 + size_t(c)] = acc[c];
+    }
+  }
+  Image dst;
+  dst.width = width;
+  dst.height = height;
+  dst.rgb.resize(size_t(width) * size_t(height) * 3);
+  const size_t stride = size_t(width) * 3;
+  std::vector<float> acc(stride);
+  for (int y = 0; y < height; ++y) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    const float* w = ty.weights.data() + ty.offset_of(size_t(y));
+    for (int k = 0; k < ty.count[size_t(y)]; ++k) {
+      const float* in = tmp.data() + size_t(ty.first[size_t(y)] + k) * stride;
+      for (size_t i = 0; i < stride; ++i) acc[i] += w[k] * in[i];
+    }
+    uint8_t* out = dst.row(y);
+    for (size_t i = 0; i < stride; ++i) {
+      out[i] = uint8_t(std::clamp(std::lround(acc[i]), 0L, 255L));
+    }
+  }
+  return dst;
+}
+
+int ParseExifOrientation(std::span<const uint8_t> p) {
+  // "Exif\0\0" then a TIFF header: "II*\0" or "MM\0*", offset of IFD0.
+  if (p.size() < 6 + 8 || std::memcmp(p.data(), "Exif\0\0", 6) != 0) return 1;
+  std::span<const uint8_t> tiff = p.subspan(6);
+  bool little;
+  if (tiff[0] == 'I' && tiff[1] == 'I') {
+    little = true;
+  } else if (tiff[0] == 'M' && tiff[1] == 'M') {
+    little = false;
+  } else {
+    return 1;
+  }
+  auto u16 = [&](size_t at) -> uint32_t {
+    return little ? uint32_t(tiff[at]) | uint32_t(tiff[at + 1]) << 8
+                  : uint32_t(tiff[at]) << 8 | uint32_t(tiff[at + 1]);
+  };
+  auto u32 = [&](size_t at) -> uint32_t {
+    return little ? u16(at) | u16(at + 2) << 16 : u16(at) << 16 | u16(at + 2);
+  };
+  if (u16(2) != 42) return 1;
+  size_t ifd = u32(4);
+  if (ifd < 8 || ifd + 2 > tiff.size()) return 1;
+  size_t entries = u16(ifd);
+  for (size_t i = 0; i < entries; ++i) {
+    size_t e = ifd + 2 + i * 12;
+    if (e + 12 > tiff.size()) return 1;
+    if (u16(e) != 0x0112) continue;  // Orientation
+    uint32_t type = u16(e + 2), count = u32(e + 4);
+    if (type != 3 || count != 1) return 1;  // SHORT x 1, value in the first two bytes
+    uint32_t v = u16(e + 8);
+    return v >= 1 && v <= 8 ? int(v) : 1;
+  }
+  return 1;
+}
+
+Image ApplyOrientation(const Image& img, int orientation) {
+  if (orientation < 2 || orientation > 8 || img.empty()) return img;
+  const int w = img.width, h = img.height;
+  const bool swap = orientation >= 5;
+  Image out;
+  out.width = swap ? h : w;
+  out.height = swap ? w : h;
+  out.rgb.resize(img.rgb.size());
+  for (int y = 0; y < out.height; ++y) {
+    uint8_t* d = out.row(y);
+    for (int x = 0; x < out.width; ++x, d += 3) {
+      int sx = x, sy = y;
+      switch (orientation) {
+        case 2: sx = w - 1 - x; break;  // mirror horizontally
+        case 3:
+          sx = w - 1 - x;
+          sy = h - 1 - y;
+          break;                        // rotate 180
+        case 4: sy = h - 1 - y; break;  // mirror vertically
+        case 5:
+          sx = y;
+          sy = x;
+          break;  // transpose
+        case 6:
+          sx = y;
+          sy = h - 1 - x;
+          break;  // rotate 90 clockwise
+        case 7:
+          sx = w - 1 - y;
+          sy = h - 1 - x;
+          break;  // transverse
+        case 8:
+          sx = w - 1 - y;
+          sy = x;
+          break;  // rotate 90 counter-clockwise
+        default: break;
+      }
+      std::memcpy(d, img.row(sy) + size_t(sx) * 3, 3);
+    }
+  }
+  return out;
+}
+
+}  // namespace danqing::image

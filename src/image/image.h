@@ -1,0 +1,95 @@
+// danqing::image: the one place that turns bytes into pixels and back.
+//
+// An Image is plain RGB8 (no alpha, no colour management): every decoder
+// converts to it (grey, palette, 16-bit and alpha PNGs; greyscale and CMYK
+// JPEGs), alpha is composited on white and a JPEG's EXIF orientation is applied,
+// so callers see the photo the way a viewer shows it. PNG via libpng, JPEG via
+// libjpeg-turbo; their longjmp error paths are contained in image.cc.
+//
+// Untrusted input: Decode reads the header first and refuses, before any pixel
+// buffer is allocated, inputs over Limits (RESOURCE_EXHAUSTED); empty, unknown,
+// truncated or corrupt inputs are INVALID_ARGUMENT with a message that says
+// what was wrong. A failed decode never returns a partial image.
+//
+// Thread-safety: every function is reentrant; Images are values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace danqing::image {
+
+struct Image {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> rgb;  // RGB8, row-major, tightly packed (size = w*h*3)
+
+  uint8_t* row(int y) {
+    return rgb.data() + static_cast<size_t>(y) * static_cast<size_t>(width) * 3;
+  }
+  const uint8_t* row(int y) const {
+    return rgb.data() + static_cast<size_t>(y) * static_cast<size_t>(width) * 3;
+  }
+  bool empty() const { return width <= 0 || height <= 0 || rgb.empty(); }
+
+  // A width x height image filled with one colour (white by default).
+  static Image Filled(int width, int height, uint8_t r = 255, uint8_t g = 255, uint8_t b = 255);
+};
+
+enum class Format { kUnknown, kPng, kJpeg };
+
+// By magic bytes only (never by a client's content type or a file name).
+Format Sniff(std::span<const uint8_t> bytes);
+// "png", "jpeg", "unknown".
+std::string_view FormatName(Format format);
+
+struct Limits {
+  size_t max_bytes = 25u << 20;      // encoded input size
+  uint64_t max_pixels = 50'000'000;  // width * height
+  int max_side = 16384;              // width and height each
+};
+
+struct Header {
+  Format format = Format::kUnknown;
+  int width = 0;  // as stored (before EXIF orientation)
+  int height = 0;
+  int exif_orientation = 1;  // 1..8, 1 if none or invalid
+};
+
+// Format, size and orientation without decoding pixels. INVALID_ARGUMENT for
+// empty, unknown or malformed headers.
+Result<Header> ReadHeader(std::span<const uint8_t> bytes);
+
+// Full decode to RGB8, oriented upright. RESOURCE_EXHAUSTED when the input or
+// the header's dimensions exceed `limits` (checked before pixels are decoded).
+Result<Image> Decode(std::span<const uint8_t> bytes, const Limits& limits = {});
+// Decode of a file's content; NOT_FOUND / UNAVAILABLE when it cannot be read.
+Result<Image> ReadFile(const std::string& path, const Limits& limits = {});
+
+// compression_level 0..9; quality 1..100. INVALID_ARGUMENT for an empty or
+// inconsistent image (rgb.size() != w*h*3) or an out-of-range parameter.
+Result<std::string> EncodePng(const Image& img, int compression_level = 6);
+Result<std::string> EncodeJpeg(const Image& img, int quality = 90);
+
+// Format from the extension (.png, .jpg, .jpeg; case-insensitive), written
+// atomically (temp file + rename), so a reader never sees a partial file.
+Status WriteFile(const std::string& path, const Image& img);
+
+// Resampled copy: area averaging along an axis that shrinks, bilinear along
+// one that grows. An empty source or a non-positive size gives an empty Image.
+Image Resize(const Image& src, int width, int height);
+
+// Helpers, public for tests and callers that handle orientation themselves.
+// The EXIF orientation (1..8) in a JPEG APP1 "Exif" segment's payload
+// (starting at "Exif\0\0"); 1 when absent or malformed.
+int ParseExifOrientation(std::span<const uint8_t> app1_payload);
+// Rotates/flips `img` so that an image stored with EXIF `orientation` is upright.
+Image ApplyOrientation(const Image& img, int orientation);
+
+}  // namespace danqing::image

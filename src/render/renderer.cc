@@ -1,0 +1,543 @@
+#include "render/renderer.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "render/brush.h"
+#include "render/glyph_font.h"
+#include "render/layout.h"
+#include "render/passes.h"
+#include "render/random.h"
+#include "render/stroke_data.h"
+
+#ifndef DANQING_BUILD_DATA_DIR
+#define DANQING_BUILD_DATA_DIR ""
+#endif
+
+namespace danqing::render {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+constexpr char kDefaultFont[] = "/usr/share/fonts/truetype/arphic/ukai.ttc";
+
+// UTF-8 to code points; malformed bytes become U+FFFD.
+std::vector<char32_t> DecodeUtf8(std::string_view s) {
+  std::vector<char32_t> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    auto b = static_cast<unsigned char>(s[i]);
+    int n = b < 0x80 ? 0 : (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : (b >> 3) == 30 ? 3 : -1;
+    if (n < 0 || i + static_cast<size_t>(n) >= s.size() + (n == 0 ? 1 : 0)) {
+      if (n != 0) {
+        out.push_back(0xFFFD);
+        ++i;
+        continue;
+      }
+    }
+    char32_t c = n == 0 ? b : n == 1 ? (b & 0x1F) : n == 2 ? (b & 0x0F) : (b & 0x07);
+    bool ok = true;
+    for (int k = 1; k <= n; ++k) {
+      auto cb = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      if ((cb & 0xC0) != 0x80) { ok = false; break; }
+      c = (c << 6) | (cb & 0x3F);
+    }
+    if (!ok) {
+      out.push_back(0xFFFD);
+      ++i;
+      continue;
+    }
+    out.push_back(c);
+    i += static_cast<size_t>(n) + 1;
+  }
+  return out;
+}
+
+// Punctuation and spaces: line breaks, never written.
+bool IsBreak(char32_t c) {
+  if (c <= 0x20 || c == 0x7F) return true;
+  if ((c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+      (c >= 0x7B && c <= 0x7E))
+    return true;
+  if (c >= 0x2000 && c <= 0x206F) return true;   // general punctuation
+  if (c >= 0x3000 && c <= 0x303F) return true;   // CJK symbols and punctuation
+  if (c >= 0xFE30 && c <= 0xFE4F) return true;   // CJK compatibility forms
+  if ((c >= 0xFF01 && c <= 0xFF0F) || (c >= 0xFF1A && c <= 0xFF20) || (c >= 0xFF3B && c <= 0xFF40) ||
+      (c >= 0xFF5B && c <= 0xFF65))
+    return true;
+  if (c == 0xFFFD || c == 0xFEFF || c == 0x00B7 || c == 0x00A0) return true;
+  return false;
+}
+
+struct StyleSet {
+  BrushStyle brush;
+  float jitter_scale, jitter_rot, jitter_shear, jitter_offset, glyph;
+  int reload_min, reload_max;
+};
+
+StyleSet StyleFor(Style s) {
+  StyleSet st{};
+  switch (s) {
+    case Style::kKai:
+      st.brush = {0.0f, 0, 0.9f, 0.12f, 0.05f, 0.45f, 0.0f, 0.0f, 0.0f};
+      st.jitter_scale = 0.02f; st.jitter_rot = 0.0f; st.jitter_shear = 0.0f; st.jitter_offset = 0.01f;
+      st.glyph = 0.94f; st.reload_min = 4; st.reload_max = 6;
+      break;
+    case Style::kXing:
+      st.brush = {0.04f, 3, 1.08f, 0.22f, 0.1f, 1.1f, 0.45f, 0.12f, 5.0f};
+      st.jitter_scale = 0.08f; st.jitter_rot = 0.04f; st.jitter_shear = 0.08f; st.jitter_offset = 0.04f;
+      st.glyph = 0.95f; st.reload_min = 3; st.reload_max = 5;
+      break;
+    case Style::kCao:
+      st.brush = {0.08f, 7, 0.92f, 0.25f, 0.2f, 1.3f, 0.9f, 0.45f, 12.0f};
+      st.jitter_scale = 0.14f; st.jitter_rot = 0.08f; st.jitter_shear = 0.14f; st.jitter_offset = 0.07f;
+      st.glyph = 1.0f; st.reload_min = 3; st.reload_max = 5;
+      break;
+  }
+  return st;
+}
+
+Affine CharAffine(const Cell& c, const StyleSet& st, Rng& rng) {
+  float sc = c.size * st.glyph * (1.0f + st.jitter_scale * rng.Signed()) / 1024.0f;
+  float rot = st.jitter_rot * rng.Signed();
+  float shear = st.jitter_shear * (0.3f + 0.7f * rng.Uniform());
+  float ox = c.cx + c.size * st.jitter_offset * rng.Signed();
+  float oy = c.cy + c.size * st.jitter_offset * rng.Signed();
+  float cr = std::cos(rot), sr = std::sin(rot);
+  // M = S * R * Sh, Sh: x' = x - shear*y (tops lean right), about the box centre.
+  float a = cr, b = -sr, d = sr, e = cr;
+  float b2 = b - a * shear, e2 = e - d * shear;
+  Affine xf;
+  xf.m[0] = sc * a; xf.m[1] = sc * b2;
+  xf.m[3] = sc * d; xf.m[4] = sc * e2;
+  xf.m[2] = ox - (xf.m[0] * 512.0f + xf.m[1] * 512.0f);
+  xf.m[5] = oy - (xf.m[3] * 512.0f + xf.m[4] * 512.0f);
+  return xf;
+}
+
+LandscapeParams MakeLandscape(Rng& rng, bool text_right) {
+  LandscapeParams p;
+  float side = text_right ? 0.0f : 0.4f;
+  p.ridges.push_back({0.50f + 0.05f * rng.Uniform(), 0.16f, 1.1f, rng.Range(0, 50), 0.16f, 0.2f, -0.2f, 1.2f});
+  p.ridges.push_back({0.62f + 0.04f * rng.Uniform(), 0.24f, 1.5f, rng.Range(0, 50), 0.3f, 0.2f,
+                      -0.2f + side, 0.7f + side});
+  p.ridges.push_back({0.80f + 0.03f * rng.Uniform(), 0.34f, 2.0f, rng.Range(0, 50), 0.55f, 0.24f,
+                      -0.2f + side, 0.5f + side});
+  p.ridges.push_back({0.90f, 0.1f, 3.0f, rng.Range(0, 50), 0.38f, 0.12f, 0.72f - side, 1.2f});
+  p.water_top = 0.84f + 0.03f * rng.Uniform();
+  p.water_phase = rng.Range(0, 100);
+  p.sky = 0.05f;
+  return p;
+}
+
+// The visitor's photo as an ink wash at the wash plane's size: luminance to
+// graded wash, softened, edges as darker lines, lighter under the text.
+void PhotoWash(const image::Image& photo, const Region& text, int w, int h, float sx, float sy, Plane* wash) {
+  // Cover-fit crop, then one resample to the plane's size.
+  double ar = static_cast<double>(w) / h, par = static_cast<double>(photo.width) / photo.height;
+  int cw = photo.width, ch = photo.height, cx = 0, cy = 0;
+  if (par > ar) { cw = static_cast<int>(photo.height * ar); cx = (photo.width - cw) / 2; }
+  else { ch = static_cast<int>(photo.width / ar); cy = (photo.height - ch) / 2; }
+  image::Image crop;
+  crop.width = std::max(1, cw);
+  crop.height = std::max(1, ch);
+  crop.rgb.resize(static_cast<size_t>(crop.width) * static_cast<size_t>(crop.height) * 3);
+  for (int y = 0; y < crop.height; ++y) {
+    std::copy_n(photo.row(y + cy) + static_cast<size_t>(cx) * 3, static_cast<size_t>(crop.width) * 3, crop.row(y));
+  }
+  image::Image small = image::Resize(crop, w, h);
+  std::vector<float> lum(static_cast<size_t>(w) * static_cast<size_t>(h));
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* r = small.row(y);
+    for (int x = 0; x < w; ++x) {
+      lum[static_cast<size_t>(y * w + x)] = (0.299f * r[x * 3] + 0.587f * r[x * 3 + 1] + 0.114f * r[x * 3 + 2]) / 255.0f;
+    }
+  }
+  // Two box blurs (radius 2) for soft washes.
+  std::vector<float> tmp(lum.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int y = 0; y < h; ++y) {
+      for (int x = 0; x < w; ++x) {
+        float s = 0; int n = 0;
+        for (int k = -2; k <= 2; ++k) { int xx = std::clamp(x + k, 0, w - 1); s += lum[static_cast<size_t>(y * w + xx)]; ++n; }
+        tmp[static_cast<size_t>(y * w + x)] = s / static_cast<float>(n);
+      }
+    }
+    for (int y = 0; y < h; ++y) {
+      for (int x = 0; x < w; ++x) {
+        float s = 0; int n = 0;
+        for (int k = -2; k <= 2; ++k) { int yy = std::clamp(y + k, 0, h - 1); s += tmp[static_cast<size_t>(yy * w + x)]; ++n; }
+        lum[static_cast<size_t>(y * w + x)] = s / static_cast<float>(n);
+      }
+    }
+  }
+  for (int y = 0; y < h; ++y) {
+    float* out = wash->row(y);
+    for (int x = 0; x < w; ++x) {
+      auto at = [&](int xx, int yy) { return lum[static_cast<size_t>(std::clamp(yy, 0, h - 1) * w + std::clamp(xx, 0, w - 1))]; };
+      float l = at(x, y);
+      float gx = at(x + 1, y) - at(x - 1, y), gy = at(x, y + 1) - at(x, y - 1);
+      float edge = std::min(1.0f, std::sqrt(gx * gx + gy * gy) * 6.0f);
+      float dark = 1.0f - l;
+      // Soft posterisation into a few wash tones.
+      float q = std::floor(dark * 4.0f) / 4.0f;
+      float tone = q + (dark - q) * 0.35f;
+      float d = std::clamp(0.65f * tone * tone + 0.45f * edge, 0.0f, 0.85f);
+      float px = (static_cast<float>(x) + 0.5f) / sx, py = (static_cast<float>(y) + 0.5f) / sy;
+      if (px > text.x0 && px < text.x1 && py > text.y0 && py < text.y1) d *= 0.4f;
+      out[x] = d;
+    }
+  }
+}
+
+void DrawSeal(const std::vector<char32_t>& chars, const StrokeData* strokes, const GlyphFont* font,
+              float sx, float sy, float size, const Textures& tex, Rng& rng, image::Image* img) {
+  int n = static_cast<int>(std::ceil(size));
+  if (n < 6) return;
+  // Carved characters (白文): a mask of thick, plain strokes.
+  Plane mask;
+  mask.Reset(n, n);
+  std::vector<Dab> dabs;
+  int count = static_cast<int>(chars.size());
+  int cols = count <= 2 ? 1 : 2;
+  int rows = (count + cols - 1) / cols;
+  float border = 0.12f * size;
+  float inner = size - 2 * border;
+  for (int i = 0; i < count; ++i) {
+    int col = cols == 1 ? 0 : (i / rows);  // right column first
+    int row = i % rows;
+    float cw = inner / static_cast<float>(cols), chh = inner / static_cast<float>(rows);
+    float cx = size - border - (static_cast<float>(col) + 0.5f) * cw;
+    float cy = border + (static_cast<float>(row) + 0.5f) * chh;
+    Affine xf;
+    float kx = cw * 0.98f / 1024.0f, ky = chh * 0.98f / 1024.0f;
+    xf.m[0] = kx; xf.m[4] = ky;
+    xf.m[2] = cx - kx * 512.0f;
+    xf.m[5] = cy - ky * 512.0f;
+    CharStrokes cs;
+    if (strokes != nullptr && strokes->Lookup(chars[static_cast<size_t>(i)], &cs)) {
+      BrushStyle plain{0.0f, 0, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      InkState full;
+      Rng r2(1);
+      for (auto& st : cs.strokes) {
+        for (auto& p : st.points) p.half_width = std::max(p.half_width, 30.0f) * 1.1f;
+      }
+      PlanCharacter(cs, xf, plain, std::min(cw, chh), r2, &full, &dabs, nullptr, nullptr);
+    } else if (font != nullptr) {
+      std::vector<uint8_t> raster;
+      int res = std::clamp(static_cast<int>(std::max(cw, chh)), 16, 256);
+      if (font->RasterizeBox(chars[static_cast<size_t>(i)], res, &raster)) {
+        InkState full;
+        Rng r2(1);
+        PlanRaster(raster, res, xf, r2, &full, std::min(cw, chh), &dabs);
+      }
+    }
+  }
+  for (auto& d : dabs) { d.ink = 1; d.dry = 0; }
+  MakeCpuPasses(1)->StampDabs(dabs, tex, &mask);
+  const float red[3] = {182, 36, 30};
+  float ox = rng.Range(0, 400), oy = rng.Range(0, 400);
+  for (int y = 0; y < n; ++y) {
+    int py = static_cast<int>(sy) + y;
+    if (py < 0 || py >= img->height) continue;
+    for (int x = 0; x < n; ++x) {
+      int px = static_cast<int>(sx) + x;
+      if (px < 0 || px >= img->width) continue;
+      float fx = static_cast<float>(x) / size, fy = static_cast<float>(y) / size;
+      // Worn edges: the square's border eaten by noise.
+      float edge = std::min(std::min(fx, 1 - fx), std::min(fy, 1 - fy)) * size;
+      float wear = tex.Noise2(ox + static_cast<float>(x) * 0.35f, oy + static_cast<float>(y) * 0.35f);
+      float keep = std::clamp((edge - 0.6f - 2.5f * wear * std::max(1.0f, size / 60.0f)) * 0.8f + 1.0f, 0.0f, 1.0f);
+      if (edge >= size * 0.5f + 1) keep = 0;
+      float speck = tex.Fibre(x * 3 + static_cast<int>(ox), y * 3 + static_cast<int>(oy));
+      float a = keep * (1.0f - mask.row(y)[x]) * (speck > 0.85f ? 0.45f : 0.9f);
+      uint8_t* o = img->row(py) + static_cast<size_t>(px) * 3;
+      for (int c = 0; c < 3; ++c) {
+        float v = o[c];
+        // Seal paste sits on the paper: multiply-like over what is below.
+        float target = red[c] * (0.75f + 0.25f * v / 255.0f);
+        o[c] = static_cast<uint8_t>(std::clamp(v + (target - v) * a + 0.5f, 0.0f, 255.0f));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view StyleName(Style style) {
+  switch (style) {
+    case Style::kKai: return "kai";
+    case Style::kXing: return "xing";
+    case Style::kCao: return "cao";
+  }
+  return "xing";
+}
+
+std::optional<Style> ParseStyle(std::string_view name) {
+  if (name == "kai") return Style::kKai;
+  if (name == "xing") return Style::kXing;
+  if (name == "cao") return Style::kCao;
+  return std::nullopt;
+}
+
+std::string_view BackgroundName(Background b) {
+  switch (b) {
+    case Background::kLandscape: return "landscape";
+    case Background::kPaper: return "paper";
+    case Background::kPhoto: return "photo";
+  }
+  return "landscape";
+}
+
+std::optional<Background> ParseBackground(std::string_view name) {
+  if (name == "landscape") return Background::kLandscape;
+  if (name == "paper") return Background::kPaper;
+  if (name == "photo") return Background::kPhoto;
+  return std::nullopt;
+}
+
+std::string DefaultStrokesPath() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("DANQING_DATA_DIR"); env != nullptr && *env != '\0') dirs.emplace_back(env);
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back(exe.parent_path() / ".." / "data");
+  if (std::string_view(DANQING_BUILD_DATA_DIR).size() > 0) dirs.emplace_back(DANQING_BUILD_DATA_DIR);
+  dirs.emplace_back("/usr/share/danqing");
+  for (const auto& d : dirs) {
+    fs::path p = d / "strokes.bin";
+    if (fs::is_regular_file(p, ec)) return p.lexically_normal().string();
+  }
+  return {};
+}
+
+Renderer::Renderer() = default;
+Renderer::~Renderer() = default;
+
+Result<std::unique_ptr<Renderer>> Renderer::Create(const RendererConfig& config) {
+  std::unique_ptr<Renderer> r(new Renderer());
+  r->strokes_path_ = config.strokes_path.empty() ? DefaultStrokesPath() : config.strokes_path;
+  if (r->strokes_path_.empty()) {
+    return NotFound(
+        "stroke data strokes.bin not found (looked in $DANQING_DATA_DIR, <exe>/../data, the build tree, "
+        "/usr/share/danqing); build the danqing_strokes target or set DANQING_DATA_DIR");
+  }
+  auto sd = StrokeData::Open(r->strokes_path_);
+  if (!sd.ok()) return sd.status();
+  r->strokes_ = std::move(sd).value();
+  if (!config.no_font) {
+    std::string font_path = config.font_path.empty() ? kDefaultFont : config.font_path;
+    auto f = GlyphFont::Open(font_path);
+    if (f.ok()) {
+      r->font_ = std::move(f).value();
+    } else {
+      spdlog::warn("render: fallback font off: {}", f.status().ToString());
+    }
+  }
+  r->textures_ = std::make_unique<Textures>(Textures::Build());
+  return r;
+}
+
+bool Renderer::HasStrokes(char32_t c) const { return strokes_->Has(c); }
+
+bool Renderer::CanRender(char32_t c) const {
+  return strokes_->Has(c) || (font_ != nullptr && font_->Has(c));
+}
+
+Result<image::Image> Renderer::Render(const Inscription& text, const RenderOptions& opts,
+                                      RenderStats* stats) const {
+  return RenderDetailed(text, opts, stats, nullptr);
+}
+
+Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const RenderOptions& opts,
+                                              RenderStats* stats_out, Detail* detail) const {
+  const auto t0 = Clock::now();
+  const int w = opts.width, h = opts.height;
+  if (w < kMinSide || h < kMinSide || w > kMaxSide || h > kMaxSide ||
+      static_cast<int64_t>(w) * h > kMaxPixels) {
+    return InvalidArgument("canvas " + std::to_string(w) + "x" + std::to_string(h) + " out of range: each side " +
+                           std::to_string(kMinSide) + ".." + std::to_string(kMaxSide) + " px, at most 7680x4320 pixels");
+  }
+  if (opts.threads < 1 || opts.threads > 256) return InvalidArgument("threads must be 1..256");
+  if (opts.background == Background::kPhoto && (opts.photo == nullptr || opts.photo->empty())) {
+    return InvalidArgument("background 'photo' needs a photo");
+  }
+  if (opts.photo != nullptr && !opts.photo->empty() &&
+      opts.photo->rgb.size() != static_cast<size_t>(opts.photo->width) * static_cast<size_t>(opts.photo->height) * 3) {
+    return InvalidArgument("photo buffer size does not match its dimensions");
+  }
+  RenderStats stats;
+  const StyleSet style = StyleFor(opts.style);
+  auto keep = [&](const std::vector<char32_t>& in, std::vector<char32_t>* out) {
+    for (char32_t c : in) {
+      if (IsBreak(c)) continue;
+      if (CanRender(c)) out->push_back(c); else ++stats.dropped_characters;
+    }
+  };
+  // Poem lines, split at punctuation and line breaks.
+  LayoutInput li;
+  li.vertical = opts.vertical;
+  {
+    std::vector<char32_t> cur;
+    for (char32_t c : DecodeUtf8(text.text)) {
+      if (IsBreak(c)) {
+        if (!cur.empty()) li.lines.push_back(std::move(cur));
+        cur.clear();
+        continue;
+      }
+      if (CanRender(c)) cur.push_back(c); else ++stats.dropped_characters;
+    }
+    if (!cur.empty()) li.lines.push_back(std::move(cur));
+  }
+  keep(DecodeUtf8(text.title), &li.title);
+  keep(DecodeUtf8(text.signature), &li.signature);
+  keep(DecodeUtf8(text.date), &li.signature);
+
+  const float W = static_cast<float>(w), H = static_cast<float>(h);
+  Region region, full{0.05f * W, 0.05f * H, 0.95f * W, 0.95f * H};
+  if (opts.background == Background::kPaper) {
+    region = {0.08f * W, 0.08f * H, 0.92f * W, 0.92f * H};
+  } else if (opts.vertical) {
+    region = {0.42f * W, 0.07f * H, 0.95f * W, 0.86f * H};
+  } else {
+    region = {0.08f * W, 0.06f * H, 0.92f * W, 0.52f * H};
+  }
+  const float min_cell = std::max(6.0f, std::min(W, H) / 180.0f);
+  auto lay = Layout(li, region, full, min_cell);
+  if (!lay.ok()) return lay.status();
+  const LayoutResult& layout = *lay;
+
+  Rng rng(opts.seed, 0x1a70u);
+  auto passes = MakeCpuPasses(opts.threads);
+
+  // Background wash at a third of the resolution.
+  const auto tb = Clock::now();
+  const int lw = std::max(8, w / 3), lh = std::max(8, h / 3);
+  Plane wash;
+  wash.Reset(lw, lh);
+  Rng bg_rng(opts.seed, 0xb6u);
+  if (opts.background == Background::kLandscape) {
+    passes->Landscape(MakeLandscape(bg_rng, opts.vertical), *textures_, &wash);
+  } else if (opts.background == Background::kPhoto) {
+    PhotoWash(*opts.photo, layout.block, lw, lh, static_cast<float>(lw) / W, static_cast<float>(lh) / H, &wash);
+  } else {
+    LandscapeParams none;
+    none.sky = 0.025f;
+    passes->Landscape(none, *textures_, &wash);
+  }
+  const auto tb1 = Clock::now();
+  stats.background_ms = Ms(tb, tb1);
+
+  // Stroke plans: each character's brush path, ink load draining as it writes
+  // and reloaded every few characters.
+  std::vector<Dab> dabs;
+  dabs.reserve(200000);
+  InkState ink;
+  int until_reload = style.reload_min;
+  PenPoint prev_last;
+  int prev_run = -1;
+  Role prev_role = Role::kPoem;
+  for (size_t i = 0; i < layout.cells.size(); ++i) {
+    const Cell& cell = layout.cells[i];
+    Rng cr(opts.seed, 0xc000u + i);
+    if (until_reload-- <= 0) {
+      ink.load = 0.9f + 0.1f * cr.Uniform();
+      until_reload = style.reload_min + cr.Int(style.reload_max - style.reload_min + 1);
+    }
+    StyleSet cs = style;
+    if (cell.role == Role::kSignature) {
+      cs = StyleFor(opts.style == Style::kKai ? Style::kXing : opts.style);
+    }
+    Affine xf = CharAffine(cell, cs, cr);
+    Placement pl;
+    pl.c = cell.c;
+    std::copy(std::begin(xf.m), std::end(xf.m), std::begin(pl.m));
+    pl.cell = cell.size;
+    pl.role = static_cast<int>(cell.role);
+    CharStrokes ch;
+    PenPoint first, last;
+    if (strokes_->Lookup(cell.c, &ch)) {
+      PlanCharacter(ch, xf, cs.brush, cell.size, cr, &ink, &dabs, &first, &last);
+    } else {
+      std::vector<uint8_t> raster;
+      int res = std::clamp(static_cast<int>(cell.size * 1.2f), 24, 512);
+      if (font_ != nullptr && font_->RasterizeBox(cell.c, res, &raster)) {
+        PlanRaster(raster, res, xf, cr, &ink, cell.size, &dabs);
+        pl.fallback = true;
+        ++stats.fallback_characters;
+      } else {
+        ++stats.dropped_characters;
+        continue;
+      }
+    }
+    if (prev_last.valid && first.valid && cell.run == prev_run && cell.role == prev_role &&
+        cr.Uniform() < cs.brush.link_chars) {
+      PlanHairline(prev_last, first, cell.size * 1.6f, cr, ink, &dabs);
+    }
+    prev_last = last;
+    prev_run = cell.run;
+    prev_role = cell.role;
+    ++stats.characters;
+    if (detail != nullptr) detail->placements.push_back(pl);
+  }
+  stats.dabs = dabs.size();
+  // Scratch planes are reused by the thread's next render (no page faults on
+  // fresh memory); planes above 4K are released afterwards.
+  thread_local Plane inkp, wet;
+  inkp.Reset(w, h);
+  passes->StampDabs(dabs, *textures_, &inkp);
+  const auto ts1 = Clock::now();
+  stats.strokes_ms = Ms(tb1, ts1);
+
+  // Wet ink into the paper, at half resolution.
+  wet.Reset(std::max(1, w / 2), std::max(1, h / 2));
+  passes->StampWet(dabs, static_cast<float>(wet.w) / W, &wet);
+  passes->Diffuse(*textures_, std::clamp(static_cast<int>(layout.body_size / 40.0f), 1, 6), &wet);
+  const auto td1 = Clock::now();
+  stats.diffusion_ms = Ms(ts1, td1);
+
+  image::Image img;
+  img.width = w;
+  img.height = h;
+  img.rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
+  ComposeInputs in;
+  in.wash_low = &wash;
+  in.ink = &inkp;
+  in.wet_half = &wet;
+  in.fibre_dx = static_cast<int>(opts.seed % 512);
+  in.fibre_dy = static_cast<int>((opts.seed / 512) % 512);
+  if (opts.background == Background::kPhoto) {
+    in.paper_rgb[0] = 238; in.paper_rgb[1] = 232; in.paper_rgb[2] = 216;
+  }
+  passes->Compose(in, *textures_, w, h, img.rgb.data());
+
+  // The seal.
+  std::vector<char32_t> seal_chars;
+  for (char32_t c : DecodeUtf8(opts.seal_text.empty() ? text.signature : opts.seal_text)) {
+    if (!IsBreak(c) && CanRender(c) && c > 0x2E80 && seal_chars.size() < 4) seal_chars.push_back(c);
+  }
+  if (seal_chars.size() < 2) seal_chars = {U'丹', U'青'};
+  if (seal_chars.size() == 3) seal_chars.resize(2);
+  DrawSeal(seal_chars, strokes_.get(), font_.get(), layout.seal_x, layout.seal_y, layout.seal_size, *textures_, rng, &img);
+
+  if (detail != nullptr) detail->ink = inkp.v;
+  if (static_cast<int64_t>(w) * h > 3840LL * 2160LL) {
+    inkp = Plane{};
+    wet = Plane{};
+  }
+  stats.total_ms = Ms(t0, Clock::now());
+  if (stats_out != nullptr) *stats_out = stats;
+  return img;
+}
+
+}  // namespace danqing::render

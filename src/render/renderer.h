@@ -1,0 +1,132 @@
+// danqing::render: a poem written in calligraphy over an ink-wash painting.
+//
+// The renderer plans each character's strokes from the stroke data (medians in
+// writing order, widths from the outlines), simulates a brush along them
+// (pressure, speed, a bristle ink load that drains into flying white, wet ink
+// diffusing into paper fibres) in kai, xing or cao style, lays the poem out in
+// columns with title, signature and a red seal, and composes it over a
+// procedural landscape, plain rice paper, or the visitor's photo as ink wash.
+// Characters missing from the stroke data are inked from a Kai font
+// (FreeType); characters neither has are dropped and counted.
+//
+// Errors (Render): INVALID_ARGUMENT for a bad canvas size, a photo background
+// without a photo, or text with nothing renderable and no title/signature is
+// fine (an empty inscription is a plain painting). Create: NOT_FOUND when the
+// stroke data cannot be found; a missing font is not an error (fallback off).
+//
+// Thread-safety: a Renderer is immutable after Create(); Render() may run on
+// many threads at once on one Renderer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "image/image.h"
+
+namespace danqing::render {
+
+enum class Style { kKai, kXing, kCao };
+enum class Background { kLandscape, kPaper, kPhoto };  // kPhoto: the visitor's photo as ink-wash
+
+// UTF-8. Punctuation and whitespace in `text` break lines (columns) and are not
+// written; each non-empty line starts a new column when the lines fit.
+struct Inscription {
+  std::string text;
+  std::string title;
+  std::string signature;
+  std::string date;  // written after the signature, e.g. "甲辰春"
+};
+
+// Canvas limits: each side in [kMinSide, kMaxSide], at most kMaxPixels.
+inline constexpr int kMinSide = 64;
+inline constexpr int kMaxSide = 8192;
+inline constexpr int64_t kMaxPixels = 7680LL * 4320LL;
+
+struct RenderOptions {
+  int width = 1920;
+  int height = 1080;
+  Style style = Style::kXing;
+  Background background = Background::kLandscape;
+  uint64_t seed = 0;          // same seed and inputs: same image
+  bool vertical = true;       // columns right to left; false: rows left to right
+  const image::Image* photo = nullptr;  // required for Background::kPhoto
+  int threads = 1;            // worker threads for the heavy passes
+  std::string seal_text;      // 2..4 characters for the seal; empty: from the signature, else "丹青"
+};
+
+struct RenderStats {
+  double total_ms = 0, background_ms = 0, strokes_ms = 0, diffusion_ms = 0;
+  int characters = 0;           // characters written (poem, title, signature, date)
+  int fallback_characters = 0;  // of those, inked from the font
+  int dropped_characters = 0;   // in neither the stroke data nor the font
+  size_t dabs = 0;              // brush imprints stamped
+};
+
+struct RendererConfig {
+  // Empty: $DANQING_DATA_DIR/strokes.bin, <exe dir>/../data/strokes.bin, the
+  // build tree's data dir, /usr/share/danqing/strokes.bin (first that exists).
+  std::string strokes_path;
+  // Empty: /usr/share/fonts/truetype/arphic/ukai.ttc. A font that cannot be
+  // opened turns the fallback off (logged), it is not an error.
+  std::string font_path;
+  // True: do not load any font (tests of the no-font path).
+  bool no_font = false;
+};
+
+class StrokeData;
+class GlyphFont;
+struct Textures;
+
+class Renderer {
+ public:
+  static Result<std::unique_ptr<Renderer>> Create(const RendererConfig& config = {});
+  ~Renderer();
+
+  // Thread-safe: many renders may run at once on one Renderer.
+  Result<image::Image> Render(const Inscription& text, const RenderOptions& opts,
+                              RenderStats* stats = nullptr) const;
+  bool HasStrokes(char32_t c) const;  // in the stroke data
+  bool CanRender(char32_t c) const;   // strokes or the fallback font
+
+  const std::string& strokes_path() const { return strokes_path_; }
+  bool has_font() const { return font_ != nullptr; }
+
+  // For tests and tools: where each written character landed and the ink
+  // density plane (0..1, full resolution) before composition.
+  struct Placement {
+    char32_t c = 0;
+    float m[6] = {1, 0, 0, 0, 1, 0};  // 1024-box (y down) -> canvas pixels: x' = m0 x + m1 y + m2
+    float cell = 0;                   // cell size in pixels
+    bool fallback = false;
+    int role = 0;                     // 0 poem, 1 title, 2 signature/date
+  };
+  struct Detail {
+    std::vector<Placement> placements;
+    std::vector<float> ink;  // width*height
+  };
+  Result<image::Image> RenderDetailed(const Inscription& text, const RenderOptions& opts,
+                                      RenderStats* stats, Detail* detail) const;
+  const GlyphFont* font() const { return font_.get(); }
+  const StrokeData* strokes() const { return strokes_.get(); }
+
+ private:
+  Renderer();
+  std::string strokes_path_;
+  std::unique_ptr<StrokeData> strokes_;
+  std::unique_ptr<GlyphFont> font_;
+  std::unique_ptr<Textures> textures_;
+};
+
+std::string_view StyleName(Style style);
+std::optional<Style> ParseStyle(std::string_view name);
+std::string_view BackgroundName(Background background);
+std::optional<Background> ParseBackground(std::string_view name);
+
+// Finds the stroke data file by the default lookup (see RendererConfig).
+std::string DefaultStrokesPath();
+
+}  // namespace danqing::render

@@ -9,8 +9,12 @@ PACKAGES=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libpng-dev libjpeg62-turbo-dev
+  # the danqing service: OpenCV components and Haar cascades (perception), HTTP
+  libopencv-core-dev libopencv-imgproc-dev libopencv-objdetect-dev opencv-data libcpp-httplib-dev
   # tests, benchmarks, sanitizers
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
+  # the service's web-page test (headless) and load test
+  chromium wrk
 )
 
 missing=()

@@ -76,6 +76,12 @@ Metrics::Metrics()
     : request_seconds("danqing_http_request_duration_seconds",
                       "Time from request read to response, by route.", "route",
                       {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      inscription_seconds("danqing_inscription_request_duration_seconds",
+                          "POST /v1/inscriptions time by outcome: ok, refused (429/503), "
+                          "client_error (4xx), error (5xx other than 503).",
+                          "outcome",
+                          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20,
+                           30, 60}),
       requests("danqing_http_requests_total", "HTTP requests answered, by route and status code."),
       stage_seconds("danqing_inscription_stage_seconds",
                     "Time spent in each stage of an inscription.", "stage",
@@ -86,6 +92,7 @@ Metrics::Metrics()
 std::string Metrics::Render() const {
   std::string out;
   request_seconds.Write(&out);
+  inscription_seconds.Write(&out);
   requests.Write(&out);
   stage_seconds.Write(&out);
   rejected.Write(&out);

@@ -51,6 +51,7 @@ struct Metrics {
   Metrics();
 
   Histogram request_seconds;   // danqing_http_request_duration_seconds{route}
+  Histogram inscription_seconds;  // danqing_inscription_request_duration_seconds{outcome}
   LabeledCounter requests;     // danqing_http_requests_total{route,code}
   Histogram stage_seconds;     // danqing_inscription_stage_seconds{stage}
   LabeledCounter rejected;     // danqing_inscriptions_rejected_total{reason}

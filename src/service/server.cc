@@ -173,6 +173,14 @@ void Server::Routes() {
     const std::string route = RouteOf(req.path);
     const double secs = std::chrono::duration<double>(Clock::now() - t_request_start).count();
     metrics_->request_seconds.Observe(route, secs);
+    if (route == "/v1/inscriptions" && req.method == "POST") {
+      const int c = res.status;
+      const char* outcome = c == 200                ? "ok"
+                            : c == 429 || c == 503 ? "refused"
+                            : c < 500              ? "client_error"
+                                                   : "error";
+      metrics_->inscription_seconds.Observe(outcome, secs);
+    }
     metrics_->requests.Add("route=\"" + route + "\",code=\"" + std::to_string(res.status) + "\"");
     if (res.status >= 500 || req.path == "/v1/inscriptions") {
       spdlog::info("{} {} -> {} in {:.1f} ms", req.method, req.path, res.status, secs * 1000);

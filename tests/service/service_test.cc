@@ -366,6 +366,7 @@ TEST_F(ServiceTest, PageHealthAndMetrics) {
   EXPECT_THAT(m->body, HasSubstr("danqing_http_request_duration_seconds_bucket{route=\"/v1/inscriptions\",le=\"+Inf\"}"));
   EXPECT_THAT(m->body, HasSubstr("danqing_http_requests_total{route=\"/v1/inscriptions\",code=\"200\"}"));
   EXPECT_THAT(m->body, HasSubstr("danqing_render_queue_depth 0"));
+  EXPECT_THAT(m->body, HasSubstr("danqing_inscription_request_duration_seconds_count{outcome=\"ok\"}"));
   EXPECT_THAT(m->body, HasSubstr("# TYPE danqing_renders_in_flight gauge"));
   EXPECT_THAT(m->body, HasSubstr("danqing_inscription_stage_seconds_count{stage=\"render\"}"));
 }

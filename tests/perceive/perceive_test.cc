@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "image/image.h"
 #include "perceive/perceiver.h"
 
 namespace danqing::perceive {
@@ -121,6 +122,65 @@ TEST(ScoreThemesTest, EveryThemeScoredOnceInOrder) {
   EXPECT_TRUE(std::is_sorted(s.begin(), s.end(),
                              [](const auto& a, const auto& b) { return a.score > b.score; }));
   EXPECT_EQ(s.front().theme, "人物");
+}
+
+}  // namespace
+}  // namespace danqing::perceive
+
+// Real photographs (tests/data/photos, public domain / CC0): the cue each one
+// is known for is found.
+
+namespace danqing::perceive {
+namespace {
+
+class PhotoTest : public ::testing::Test {
+ protected:
+  Perception Run(const std::string& name) {
+    auto p = CreateCvPerceiver();
+    EXPECT_TRUE(p.ok());
+    if (!p.ok()) return {};
+    auto img = image::ReadFile(std::string(DANQING_SOURCE_DIR) + "/tests/data/photos/" + name);
+    EXPECT_TRUE(img.ok()) << img.status().ToString();
+    if (!img.ok()) return {};
+    auto r = (*p)->Perceive({img->width, img->height, img->rgb.data(), static_cast<size_t>(img->width) * 3});
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : Perception{};
+  }
+};
+
+TEST_F(PhotoTest, AstronautHasAFaceAndIsAPortrait) {
+  auto p = Run("astronaut.jpg");
+  EXPECT_GE(p.features.faces, 1);
+  EXPECT_EQ(Top(p), "人物");
+}
+
+TEST_F(PhotoTest, ChelseaHasACatFace) {
+  auto p = Run("chelsea.jpg");
+  EXPECT_GE(p.features.cat_faces, 1);
+  EXPECT_EQ(p.features.faces, 0);
+  EXPECT_GT(Score(p, "禽兽"), 0.5);
+}
+
+TEST_F(PhotoTest, HubbleDeepFieldIsNight) {
+  auto p = Run("hubble_deep_field.jpg");
+  EXPECT_EQ(Top(p), "月夜");
+}
+
+TEST_F(PhotoTest, CoffeeCupIsTeaAndWine) {
+  auto p = Run("coffee.jpg");
+  EXPECT_GE(p.features.vessels, 1);
+  EXPECT_EQ(Top(p), "茶酒");
+}
+
+TEST_F(PhotoTest, SamePhotoSameScores) {
+  auto a = Run("rocket.jpg");
+  auto b = Run("rocket.jpg");
+  ASSERT_EQ(a.themes.size(), b.themes.size());
+  for (size_t i = 0; i < a.themes.size(); ++i) {
+    EXPECT_EQ(a.themes[i].theme, b.themes[i].theme);
+    EXPECT_DOUBLE_EQ(a.themes[i].score, b.themes[i].score);
+  }
+  EXPECT_GT(a.features.sky, 0.1);
 }
 
 }  // namespace

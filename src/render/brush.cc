@@ -144,7 +144,7 @@ void PlanCharacter(const CharStrokes& ch, const Affine& xf, const BrushStyle& st
       float r = std::max(0.45f, p.hw * press * dun * (1.0f - style.speed_thin * v));
       float load = ink->load;
       float dry = std::clamp(((1.0f - load) * 1.25f - 0.25f + 0.35f * v * (1.0f - 0.5f * load)) * style.dry_gain,
-                             0.0f, 0.85f);
+                             0.0f, 0.72f);
       Dab d;
       d.x = p.x;
       d.y = p.y;

@@ -59,28 +59,35 @@ Result<LayoutResult> Layout(const LayoutInput& in, const Region& region, const R
   // poem's lines as columns first, then as one flowing text.
   std::vector<std::vector<char32_t>> flowing(1);
   for (const auto& l : body) flowing[0].insert(flowing[0].end(), l.begin(), l.end());
+  // The largest cell that fits a region (0: none down to min_cell).
+  auto best_cell = [&](const Region& r) {
+    float main_len = in.vertical ? r.y1 - r.y0 : r.x1 - r.x0;
+    float cross_len = in.vertical ? r.x1 - r.x0 : r.y1 - r.y0;
+    float hi = std::min(main_len / 4.0f, cross_len / 1.5f);
+    for (float cand = hi; cand >= min_cell; cand *= 0.97f) {
+      if (CrossNeeded(groups, cand, main_len) <= cross_len) return cand;
+    }
+    return 0.0f;
+  };
+  // The preferred region unless the whole canvas allows much larger characters;
+  // the poem's lines as columns first, then as one flowing text.
   Region chosen{};
   float s = 0;
-  for (int attempt = 0; attempt < 4 && s == 0; ++attempt) {
-    const Region& r = attempt % 2 == 0 ? region : fallback;
-    if (attempt == 2 && !body.empty()) {
+  for (int flow = 0; flow < 2 && s == 0; ++flow) {
+    if (flow == 1) {
+      if (body.empty()) break;
       for (auto& g : groups) {
         if (g.role == Role::kPoem) g.lines = &flowing;
       }
     }
-    float main_len = in.vertical ? r.y1 - r.y0 : r.x1 - r.x0;
-    float cross_len = in.vertical ? r.x1 - r.x0 : r.y1 - r.y0;
-    // Body cells are no larger than a fifth of the main axis, and titles of one
-    // line need not be larger than the line.
-    float hi = std::min(main_len / 4.0f, cross_len / 1.5f);
-    for (float cand = hi; cand >= min_cell; cand *= 0.97f) {
-      if (CrossNeeded(groups, cand, main_len) <= cross_len) {
-        s = cand;
-        chosen = r;
-        break;
-      }
+    float sr = best_cell(region), sf = best_cell(fallback);
+    if (sr > 0 && sr >= 0.7f * sf) {
+      s = sr;
+      chosen = region;
+    } else if (sf > 0) {
+      s = sf;
+      chosen = fallback;
     }
-    // Lines that are short should not all become huge: cap by the longest line.
   }
   if (s == 0) {
     return InvalidArgument("the text does not fit the canvas (even with " + std::to_string(static_cast<int>(min_cell)) +
@@ -146,17 +153,26 @@ Result<LayoutResult> Layout(const LayoutInput& in, const Region& region, const R
       }
     }
   }
-  // Seal: after the last character written, along the main axis, else in the corner.
+  // Seal: after the last character written, along the main axis; where that
+  // run is full, at the end of a new run beside it (inside `fallback`).
   float seal = std::max(6.0f, std::min(0.72f * s, 1.6f * last_cs + 0.2f * s));
   float main_pos = last_main_end + 0.3f * s;
   float main_end = in.vertical ? chosen.y1 : chosen.x1;
-  if (main_pos + seal > main_end) main_pos = std::max(in.vertical ? chosen.y0 : chosen.x0, main_end - seal);
+  float cross_mid = last_cross_mid;
+  if (main_pos + seal > main_end) {
+    main_pos = std::max(in.vertical ? chosen.y0 : chosen.x0, main_end - seal);
+    float next_mid = last_cross_mid + 0.5f * last_cs * kPitch + 0.2f * s + 0.5f * seal;
+    // The new run's far edge, in canvas coordinates, must stay inside `fallback`.
+    bool fits = in.vertical ? chosen.x1 - next_mid - 0.5f * seal >= fallback.x0
+                            : chosen.y0 + next_mid + 0.5f * seal <= fallback.y1;
+    if (fits) cross_mid = next_mid;
+  }
   if (in.vertical) {
-    res.seal_x = chosen.x1 - last_cross_mid - 0.5f * seal;
+    res.seal_x = chosen.x1 - cross_mid - 0.5f * seal;
     res.seal_y = main_pos;
   } else {
     res.seal_x = main_pos;
-    res.seal_y = chosen.y0 + last_cross_mid - 0.5f * seal;
+    res.seal_y = chosen.y0 + cross_mid - 0.5f * seal;
   }
   res.seal_size = seal;
   res.block = chosen;

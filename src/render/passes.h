@@ -66,6 +66,9 @@ struct Ridge {
   float mist = 0.2f;     // fraction of the height over which the layer fades into mist
   float x0 = 0, x1 = 1;  // horizontal extent, fractions of the width (soft edges)
 };
+// Ridge height (fraction of the canvas height, 0 top) at fx (fraction of the width).
+float RidgeY(const Ridge& ridge, const Textures& tex, float fx);
+
 struct LandscapeParams {
   std::vector<Ridge> ridges;  // far to near
   float water_top = 2.0f;     // fraction of height where water lines start (>1: none)

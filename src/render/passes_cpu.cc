@@ -88,11 +88,14 @@ class CpuPasses final : public Passes {
     if (bx1 < 0) return;
     bx0 = std::max(0, bx0 - iterations); bx1 = std::min(wet->w - 1, bx1 + iterations);
     by0 = std::max(0, by0 - iterations); by1 = std::min(wet->h - 1, by1 + iterations);
-    thread_local Plane next;
+    // The caller thread's scratch plane; the workers get it by reference (a
+    // thread_local named inside the lambda would be each worker's own).
+    thread_local Plane scratch;
+    Plane& next = scratch;
     next = *wet;
     for (int it = 0; it < iterations; ++it) {
       const Plane& src = *wet;
-      ParallelFor(threads_, by1 - by0 + 1, [&](int r0, int r1) {
+      ParallelFor(threads_, by1 - by0 + 1, [&src, &next, &tex, bx0, bx1, by0](int r0, int r1) {
         for (int y = by0 + r0; y < by0 + r1; ++y) {
           const float* up = src.row(std::max(0, y - 1));
           const float* mid = src.row(y);
@@ -111,7 +114,7 @@ class CpuPasses final : public Passes {
       });
       std::swap(next.v, wet->v);
     }
-    if (next.v.size() > 1920u * 1080u) next = Plane{};
+    if (next.v.size() > 1920u * 1080u) scratch = Plane{};
   }
 
   void Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) override {
@@ -122,12 +125,7 @@ class CpuPasses final : public Passes {
       const Ridge& rg = p.ridges[r];
       for (int x = 0; x < w; ++x) {
         float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
-        float t = fx * rg.freq + rg.phase;
-        float n = 0.6f * tex.Noise1(t * 8.0f) + 0.28f * tex.Noise1(t * 21.0f + 300.0f) +
-                  0.12f * tex.Noise1(t * 55.0f + 900.0f);
-        // Peaks: sharpen the noise so ridges rise to summits.
-        n = std::pow(std::clamp(n, 0.0f, 1.0f), 1.6f);
-        ridge_y[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = rg.base - rg.amp * n * 1.6f;
+        ridge_y[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = RidgeY(rg, tex, fx);
       }
     }
     const float aspect = static_cast<float>(w) / static_cast<float>(h);
@@ -292,6 +290,15 @@ class CpuPasses final : public Passes {
 };
 
 }  // namespace
+
+float RidgeY(const Ridge& rg, const Textures& tex, float fx) {
+  float t = fx * rg.freq + rg.phase;
+  float n = 0.6f * tex.Noise1(t * 8.0f) + 0.28f * tex.Noise1(t * 21.0f + 300.0f) +
+            0.12f * tex.Noise1(t * 55.0f + 900.0f);
+  // Peaks: sharpen the noise so ridges rise to summits.
+  n = std::pow(std::clamp(n, 0.0f, 1.0f), 1.6f);
+  return rg.base - rg.amp * n * 1.6f;
+}
 
 float Textures::Noise1(float t) const {
   float f = std::floor(t);

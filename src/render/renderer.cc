@@ -128,15 +128,59 @@ LandscapeParams MakeLandscape(Rng& rng, bool text_right) {
   LandscapeParams p;
   float side = text_right ? 0.0f : 0.4f;
   p.ridges.push_back({0.50f + 0.05f * rng.Uniform(), 0.16f, 1.1f, rng.Range(0, 50), 0.16f, 0.2f, -0.2f, 1.2f});
-  p.ridges.push_back({0.62f + 0.04f * rng.Uniform(), 0.24f, 1.5f, rng.Range(0, 50), 0.3f, 0.2f,
+  p.ridges.push_back({0.62f + 0.04f * rng.Uniform(), 0.24f, 1.5f, rng.Range(0, 50), 0.36f, 0.2f,
                       -0.2f + side, 0.7f + side});
-  p.ridges.push_back({0.80f + 0.03f * rng.Uniform(), 0.34f, 2.0f, rng.Range(0, 50), 0.55f, 0.24f,
+  p.ridges.push_back({0.80f + 0.03f * rng.Uniform(), 0.34f, 2.0f, rng.Range(0, 50), 0.72f, 0.24f,
                       -0.2f + side, 0.5f + side});
   p.ridges.push_back({0.90f, 0.1f, 3.0f, rng.Range(0, 50), 0.38f, 0.12f, 0.72f - side, 1.2f});
   p.water_top = 0.84f + 0.03f * rng.Uniform();
   p.water_phase = rng.Range(0, 100);
   p.sky = 0.05f;
   return p;
+}
+
+// Distant trees on a ridge: trunks and dotted crowns (点叶), as light ink dabs.
+void PlanTrees(const Ridge& ridge, const Textures& tex, const Region& avoid, Rng& rng, float W, float H,
+               std::vector<Dab>* dabs) {
+  int clusters = 2 + rng.Int(3);
+  float unit = std::max(0.6f, H * 0.0035f);
+  for (int c = 0; c < clusters; ++c) {
+    float cx = rng.Range(std::max(0.02f, ridge.x0 + 0.12f), std::min(0.98f, ridge.x1 - 0.12f));
+    int trees = 4 + rng.Int(8);
+    for (int t = 0; t < trees; ++t) {
+      float fx = cx + rng.Signed() * 0.035f;
+      float base_y = (RidgeY(ridge, tex, fx) + 0.006f) * H;
+      float x = fx * W;
+      float height = unit * rng.Range(5.0f, 11.0f);
+      if (x > avoid.x0 - height && x < avoid.x1 + height && base_y > avoid.y0 && base_y - height < avoid.y1) {
+        continue;  // never under the inscription
+      }
+      float ink = rng.Range(0.35f, 0.55f);
+      for (float k = 0; k < height; k += unit * 0.35f) {  // trunk
+        Dab d;
+        d.x = x + std::sin(k / height * 2.0f) * unit * 0.4f;
+        d.y = base_y - k;
+        d.r = unit * 0.32f;
+        d.ink = ink;
+        d.nx = 1;
+        d.ny = 0;
+        dabs->push_back(d);
+      }
+      int dots = 10 + rng.Int(10);
+      for (int k = 0; k < dots; ++k) {  // crown
+        Dab d;
+        float a = rng.Uniform() * 6.2832f, rr = std::sqrt(rng.Uniform()) * height * 0.45f;
+        d.x = x + std::cos(a) * rr;
+        d.y = base_y - height * 0.75f + std::sin(a) * rr * 0.8f;
+        d.r = unit * rng.Range(0.5f, 0.95f);
+        d.ink = ink * rng.Range(0.7f, 1.0f);
+        d.wet = 0.25f;
+        d.nx = 1;
+        d.ny = 0;
+        dabs->push_back(d);
+      }
+    }
+  }
 }
 
 // The visitor's photo as an ink wash at the wash plane's size: luminance to
@@ -188,12 +232,16 @@ void PhotoWash(const image::Image& photo, const Region& text, int w, int h, floa
       float gx = at(x + 1, y) - at(x - 1, y), gy = at(x, y + 1) - at(x, y - 1);
       float edge = std::min(1.0f, std::sqrt(gx * gx + gy * gy) * 6.0f);
       float dark = 1.0f - l;
-      // Soft posterisation into a few wash tones.
-      float q = std::floor(dark * 4.0f) / 4.0f;
-      float tone = q + (dark - q) * 0.35f;
-      float d = std::clamp(0.65f * tone * tone + 0.45f * edge, 0.0f, 0.85f);
+      // Graded washes: a gentle tone curve, plus the photo's edges as lines.
+      float tone = dark * dark * (3.0f - 2.0f * dark);
+      float d = std::clamp(0.55f * tone + 0.35f * edge * edge, 0.0f, 0.8f);
+      // Lighter under the text block, with a soft margin.
       float px = (static_cast<float>(x) + 0.5f) / sx, py = (static_cast<float>(y) + 0.5f) / sy;
-      if (px > text.x0 && px < text.x1 && py > text.y0 && py < text.y1) d *= 0.4f;
+      float margin = 0.04f * static_cast<float>(w) / sx;
+      float inside_x = std::min(px - text.x0, text.x1 - px), inside_y = std::min(py - text.y0, text.y1 - py);
+      float inside = std::min(inside_x, inside_y);
+      float fade = std::clamp((inside + margin) / (2.0f * margin), 0.0f, 1.0f);
+      d *= 1.0f - 0.6f * fade * fade * (3.0f - 2.0f * fade);
       out[x] = d;
     }
   }
@@ -426,8 +474,13 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   Plane wash;
   wash.Reset(lw, lh);
   Rng bg_rng(opts.seed, 0xb6u);
+  std::vector<Dab> dabs;
+  dabs.reserve(200000);
   if (opts.background == Background::kLandscape) {
-    passes->Landscape(MakeLandscape(bg_rng, opts.vertical), *textures_, &wash);
+    LandscapeParams land = MakeLandscape(bg_rng, opts.vertical);
+    passes->Landscape(land, *textures_, &wash);
+    PlanTrees(land.ridges[2], *textures_, layout.block, bg_rng, W, H, &dabs);
+    PlanTrees(land.ridges[1], *textures_, layout.block, bg_rng, W, H, &dabs);
   } else if (opts.background == Background::kPhoto) {
     PhotoWash(*opts.photo, layout.block, lw, lh, static_cast<float>(lw) / W, static_cast<float>(lh) / H, &wash);
   } else {
@@ -440,8 +493,6 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
 
   // Stroke plans: each character's brush path, ink load draining as it writes
   // and reloaded every few characters.
-  std::vector<Dab> dabs;
-  dabs.reserve(200000);
   InkState ink;
   int until_reload = style.reload_min;
   PenPoint prev_last;

@@ -106,21 +106,30 @@ double CharIoU(const Renderer::Placement& p, const std::vector<float>& ink, int 
           ref_at(static_cast<float>(x0 - D + x) + 0.5f, static_cast<float>(y0 - D + y) + 0.5f) ? 1 : 0;
     }
   }
-  double best = 0;
-  for (int sy = -D; sy <= D; ++sy) {
-    for (int sx = -D; sx <= D; ++sx) {
-      long inter = 0, uni = 0;
-      for (int y = y0; y <= y1; ++y) {
-        const uint8_t* rr = refw.data() + static_cast<size_t>((y - y0 + D + sy) * ww + D + sx);
-        for (int x = x0; x <= x1; ++x) {
-          bool r = rr[x - x0] != 0;
-          bool a = ink_at(x, y);
-          inter += (a && r) ? 1 : 0;
-          uni += (a || r) ? 1 : 0;
-        }
+  auto iou_at = [&](int sx, int sy) {
+    long inter = 0, uni = 0;
+    for (int y = y0; y <= y1; ++y) {
+      const uint8_t* rr = refw.data() + static_cast<size_t>((y - y0 + D + sy) * ww + D + sx);
+      for (int x = x0; x <= x1; ++x) {
+        bool r = rr[x - x0] != 0;
+        bool a = ink_at(x, y);
+        inter += (a && r) ? 1 : 0;
+        uni += (a || r) ? 1 : 0;
       }
-      if (uni > 0) best = std::max(best, static_cast<double>(inter) / static_cast<double>(uni));
     }
+    return uni > 0 ? static_cast<double>(inter) / static_cast<double>(uni) : 0.0;
+  };
+  // Coarse search in steps of 2 px, then the neighbours of the best.
+  double best = 0;
+  int bx = 0, by = 0;
+  for (int sy = -D; sy <= D; sy += 2) {
+    for (int sx = -D; sx <= D; sx += 2) {
+      double v = iou_at(sx, sy);
+      if (v > best) { best = v; bx = sx; by = sy; }
+    }
+  }
+  for (int sy = std::max(-D, by - 1); sy <= std::min(D, by + 1); ++sy) {
+    for (int sx = std::max(-D, bx - 1); sx <= std::min(D, bx + 1); ++sx) best = std::max(best, iou_at(sx, sy));
   }
   return best;
 }
@@ -202,6 +211,28 @@ TEST(LayoutTest, VerticalColumnsRunRightToLeftAndFit) {
     EXPECT_LE(c.cy + c.size / 2, r.y1 + 1);
   }
   EXPECT_LT(res->cells.back().size, res->cells[1].size);  // signature smaller
+  // The seal never covers a character, also when the last run is full.
+  auto seal_clear = [](const LayoutResult& l) {
+    for (const auto& c : l.cells) {
+      float h = c.size / 2;
+      if (l.seal_x < c.cx + h && l.seal_x + l.seal_size > c.cx - h && l.seal_y < c.cy + h &&
+          l.seal_y + l.seal_size > c.cy - h)
+        return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(seal_clear(*res));
+  LayoutInput one_row;
+  one_row.vertical = false;
+  one_row.lines = {{U'永', U'和', U'九', U'年'}};
+  Region wide{50, 50, 850, 650};
+  auto full = Layout(one_row, wide, Region{0, 0, 900, 700}, 8);
+  ASSERT_TRUE(full.ok());
+  EXPECT_TRUE(seal_clear(*full));
+  one_row.vertical = true;
+  full = Layout(one_row, wide, Region{0, 0, 900, 700}, 8);
+  ASSERT_TRUE(full.ok());
+  EXPECT_TRUE(seal_clear(*full));
   in.vertical = false;
   auto hz = Layout(in, r, r, 8);
   ASSERT_TRUE(hz.ok());
@@ -220,7 +251,7 @@ TEST_F(RenderTest, SameSeedSameImageDifferentSeedDifferentImage) {
   EXPECT_EQ(a->width, 640);
   EXPECT_EQ(a->height, 360);
   EXPECT_EQ(a->rgb, b->rgb);
-  o.threads = 3;  // the thread count does not change the image
+  o.threads = 4;  // the thread count does not change the image
   auto c = renderer_->Render(ins, o);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(a->rgb, c->rgb);
@@ -358,12 +389,6 @@ TEST_F(RenderTest, OddInputsGiveImagesOrClearErrors) {
   o.width = 64;
   o.height = 64;
   EXPECT_TRUE(renderer_->Render({"山水", "", "", ""}, o).ok());
-  o.width = 7680;
-  o.height = 4320;
-  auto eight_k = renderer_->Render({kPoems[0], "登鹳雀楼", "王之涣", ""}, o, &stats);
-  ASSERT_TRUE(eight_k.ok()) << eight_k.status().ToString();
-  EXPECT_EQ(eight_k->rgb.size(), 7680u * 4320u * 3u);
-  EXPECT_EQ(stats.characters, 27);  // 20 + title 4 + signature 3
   // Bad options.
   o.width = 320;
   o.height = 240;
@@ -372,6 +397,17 @@ TEST_F(RenderTest, OddInputsGiveImagesOrClearErrors) {
   o.background = Background::kLandscape;
   o.threads = 0;
   EXPECT_EQ(renderer_->Render({"山", "", "", ""}, o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(RenderTest, EightKCanvas) {
+  RenderOptions o;
+  RenderStats stats;
+  o.width = 7680;
+  o.height = 4320;
+  auto eight_k = renderer_->Render({kPoems[0], "登鹳雀楼", "王之涣", ""}, o, &stats);
+  ASSERT_TRUE(eight_k.ok()) << eight_k.status().ToString();
+  EXPECT_EQ(eight_k->rgb.size(), 7680u * 4320u * 3u);
+  EXPECT_EQ(stats.characters, 27);  // 20 + title 4 + signature 3
 }
 
 TEST_F(RenderTest, PhotoBackgroundUsesThePhoto) {

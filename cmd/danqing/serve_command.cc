@@ -34,7 +34,7 @@ struct ServeFlags {
   int drain_timeout_s = 25;
   int read_timeout_s = 10;
   int http_threads = 64;
-  double max_upload_mb = 20;
+  double max_upload_mb = 10;
   double max_megapixels = 40;
   int max_canvas = 2048;
   std::string verse_file;

@@ -5,7 +5,6 @@
 // ones finish, at most --drain-timeout), then stop. Exit 0 after a clean
 // drain, 1 when renders were cut off or start-up failed, 2 for bad flags.
 #include <signal.h>
-
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -58,8 +57,9 @@ int RunServe(const ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  auto corpus = f.verse_file.empty() ? verse::Corpus::Parse(service::BundledPoems(), "bundled poems.tsv")
-                                     : verse::Corpus::Load(f.verse_file);
+  auto corpus = f.verse_file.empty()
+                    ? verse::Corpus::Parse(service::BundledPoems(), "bundled poems.tsv")
+                    : verse::Corpus::Load(f.verse_file);
   if (!corpus.ok()) return Fail(corpus.status());
   verse::VerseSelector selector(*corpus);
 
@@ -108,29 +108,42 @@ int RunServe(const ServeFlags& f) {
 }  // namespace danqing::cli
 
 void RegisterServeCommand(CLI::App& app) {
-  using danqing::cli::ServeFlags;
   using danqing::cli::RunServe;
+  using danqing::cli::ServeFlags;
   auto flags = std::make_shared<ServeFlags>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve the HTTP API and upload page (docs/service.md)");
+  CLI::App* cmd =
+      app.add_subcommand("serve", "Serve the HTTP API and upload page (docs/service.md)");
   cmd->add_option("--host", flags->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", flags->port, "Port to listen on (0: any free port)")
-      ->capture_default_str()->check(CLI::Range(0, 65535));
-  cmd->add_option("--workers", flags->workers, "Render workers (0: one per core)")->capture_default_str();
-  cmd->add_option("--queue", flags->queue, "Renders that may wait (0: 2 x workers)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--workers", flags->workers, "Render workers (0: one per core)")
+      ->capture_default_str();
+  cmd->add_option("--queue", flags->queue, "Renders that may wait (0: 2 x workers)")
+      ->capture_default_str();
   cmd->add_option("--deadline-ms", flags->deadline_ms, "Per-request deadline")
-      ->capture_default_str()->check(CLI::Range(100, 600000));
+      ->capture_default_str()
+      ->check(CLI::Range(100, 600000));
   cmd->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds to drain on SIGTERM")
-      ->capture_default_str()->check(CLI::Range(0, 3600));
-  cmd->add_option("--read-timeout", flags->read_timeout_s, "Seconds a client may stall a read or write")
-      ->capture_default_str()->check(CLI::Range(1, 600));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
+  cmd->add_option("--read-timeout", flags->read_timeout_s,
+                  "Seconds a client may stall a read or write")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 600));
   cmd->add_option("--http-threads", flags->http_threads, "Connections served at once")
-      ->capture_default_str()->check(CLI::Range(4, 4096));
+      ->capture_default_str()
+      ->check(CLI::Range(4, 4096));
   cmd->add_option("--max-upload-mb", flags->max_upload_mb, "Largest upload")
-      ->capture_default_str()->check(CLI::Range(0.01, 512.0));
-  cmd->add_option("--max-megapixels", flags->max_megapixels, "Largest photo (checked from its header)")
-      ->capture_default_str()->check(CLI::Range(0.01, 1000.0));
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 512.0));
+  cmd->add_option("--max-megapixels", flags->max_megapixels,
+                  "Largest photo (checked from its header)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1000.0));
   cmd->add_option("--max-canvas", flags->max_canvas, "Largest inscription side in pixels")
-      ->capture_default_str()->check(CLI::Range(256, 8192));
+      ->capture_default_str()
+      ->check(CLI::Range(256, 8192));
   cmd->add_option("--verse-file", flags->verse_file, "Verse corpus TSV (default: the bundled one)");
   cmd->add_option("--cascade-dir", flags->cascade_dir, "OpenCV Haar cascades (opencv-data)")
       ->capture_default_str();

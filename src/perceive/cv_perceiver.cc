@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <mutex>
-
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 #include <opencv2/objdetect.hpp>
@@ -50,8 +49,8 @@ class CvPerceiver final : public Perceiver {
   void Analyse(const ImageView& view, SceneFeatures* f) {
     // cv::Mat over the caller's pixels (read only; OpenCV's API takes non-const).
     cv::Mat full(view.height, view.width, CV_8UC3, const_cast<uint8_t*>(view.rgb), view.stride);
-    const double scale = std::min(1.0, static_cast<double>(options_.analysis_side) /
-                                           std::max(view.width, view.height));
+    const double scale = std::min(
+        1.0, static_cast<double>(options_.analysis_side) / std::max(view.width, view.height));
     cv::Mat rgb;
     if (scale < 1.0) {
       cv::resize(full, rgb, cv::Size(), scale, scale, cv::INTER_AREA);
@@ -88,7 +87,8 @@ class CvPerceiver final : public Perceiver {
         const bool red_orange = (H <= 18 || H >= 165) && S > 0.4 && V > 0.4;
         if (top && red_orange) ++sunset;
         if (!top && H >= 5 && H <= 30 && S > 0.45 && V > 0.35) ++autumn;
-        if (((H >= 140 && H <= 175) || H <= 5 || (H >= 20 && H <= 32)) && S > 0.55 && V > 0.5) ++flower;
+        if (((H >= 140 && H <= 175) || H <= 5 || (H >= 20 && H <= 32)) && S > 0.55 && V > 0.5)
+          ++flower;
         if (H >= 5 && H <= 25 && S > 0.3 && S < 0.85 && V > 0.15 && V < 0.65) ++earth;
         if (V > 0.9) ++highlights;
       }
@@ -124,7 +124,8 @@ class CvPerceiver final : public Perceiver {
     cv::GaussianBlur(gray, blurred, cv::Size(5, 5), 1.5);
     std::vector<cv::Vec3f> circles;
     const int side = std::min(w, h);
-    cv::HoughCircles(blurred, circles, cv::HOUGH_GRADIENT, 1.5, side / 2.0, 150, 70, side / 6, side / 2);
+    cv::HoughCircles(blurred, circles, cv::HOUGH_GRADIENT, 1.5, side / 2.0, 150, 70, side / 6,
+                     side / 2);
     f->vessels = static_cast<int>(circles.size());
 
     Palette(rgb, f);

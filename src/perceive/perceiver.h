@@ -36,27 +36,27 @@ struct PaletteColor {
 
 // Measured cues; fractions are of the whole image unless said otherwise.
 struct SceneFeatures {
-  double brightness = 0;   // mean HSV value, 0..1
-  double contrast = 0;     // standard deviation of grey / 128, ~0..1
-  double saturation = 0;   // mean HSV saturation, 0..1
-  double warmth = 0;       // mean (R - B) / 255, -1..1
-  double sky = 0;          // fraction of the top half that is blue sky or bright overcast
-  double water = 0;        // fraction of the bottom half that is blue/cyan
-  double vegetation = 0;   // green foliage
-  double fresh_green = 0;  // light yellow-green (spring foliage)
-  double snow = 0;         // bright, unsaturated
-  double sunset = 0;       // fraction of the top half in saturated red/orange
-  double autumn = 0;       // saturated orange/yellow/red outside the sky
-  double flower = 0;       // vivid pink/red/purple/yellow
-  double earth = 0;        // warm browns (wood, soil, tea, coffee)
-  double night = 0;        // 0..1, how dark the image is overall
-  double highlights = 0;   // fraction of very bright pixels (moon, stars, lamps)
-  double edge_density = 0; // fraction of Canny edge pixels
-  double top_edges = 0;    // edge fraction in the top third (sky is smooth)
-  int vessels = 0;         // large circles (cup, bowl, plate rims) from a Hough transform
-  int faces = 0;           // human frontal faces
-  double face_area = 0;    // fraction of the image covered by faces
-  int cat_faces = 0;       // cat faces
+  double brightness = 0;    // mean HSV value, 0..1
+  double contrast = 0;      // standard deviation of grey / 128, ~0..1
+  double saturation = 0;    // mean HSV saturation, 0..1
+  double warmth = 0;        // mean (R - B) / 255, -1..1
+  double sky = 0;           // fraction of the top half that is blue sky or bright overcast
+  double water = 0;         // fraction of the bottom half that is blue/cyan
+  double vegetation = 0;    // green foliage
+  double fresh_green = 0;   // light yellow-green (spring foliage)
+  double snow = 0;          // bright, unsaturated
+  double sunset = 0;        // fraction of the top half in saturated red/orange
+  double autumn = 0;        // saturated orange/yellow/red outside the sky
+  double flower = 0;        // vivid pink/red/purple/yellow
+  double earth = 0;         // warm browns (wood, soil, tea, coffee)
+  double night = 0;         // 0..1, how dark the image is overall
+  double highlights = 0;    // fraction of very bright pixels (moon, stars, lamps)
+  double edge_density = 0;  // fraction of Canny edge pixels
+  double top_edges = 0;     // edge fraction in the top third (sky is smooth)
+  int vessels = 0;          // large circles (cup, bowl, plate rims) from a Hough transform
+  int faces = 0;            // human frontal faces
+  double face_area = 0;     // fraction of the image covered by faces
+  int cat_faces = 0;        // cat faces
   std::vector<PaletteColor> palette;  // dominant colours, largest first
 };
 

@@ -8,16 +8,19 @@
 #endif
 
 // NOLINTBEGIN
-__asm__(".pushsection .rodata\n"
-        ".balign 16\n"
-        "danqing_index_html_begin:\n"
-        ".incbin \"" DANQING_INDEX_HTML "\"\n"
-        "danqing_index_html_end:\n"
-        ".balign 16\n"
-        "danqing_poems_begin:\n"
-        ".incbin \"" DANQING_POEMS_TSV "\"\n"
-        "danqing_poems_end:\n"
-        ".popsection\n");
+__asm__(
+    ".pushsection .rodata\n"
+    ".balign 16\n"
+    "danqing_index_html_begin:\n"
+    ".incbin \"" DANQING_INDEX_HTML
+    "\"\n"
+    "danqing_index_html_end:\n"
+    ".balign 16\n"
+    "danqing_poems_begin:\n"
+    ".incbin \"" DANQING_POEMS_TSV
+    "\"\n"
+    "danqing_poems_end:\n"
+    ".popsection\n");
 // NOLINTEND
 
 extern "C" const char danqing_index_html_begin[], danqing_index_html_end[];
@@ -26,7 +29,8 @@ extern "C" const char danqing_poems_begin[], danqing_poems_end[];
 namespace danqing::service {
 
 std::string_view IndexHtml() {
-  return {danqing_index_html_begin, static_cast<size_t>(danqing_index_html_end - danqing_index_html_begin)};
+  return {danqing_index_html_begin,
+          static_cast<size_t>(danqing_index_html_end - danqing_index_html_begin)};
 }
 
 std::string_view BundledPoems() {

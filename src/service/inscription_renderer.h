@@ -16,7 +16,7 @@
 namespace danqing::service {
 
 struct InscriptionJob {
-  std::string text;       // the verse: lines separated by '\n'
+  std::string text;  // the verse: lines separated by '\n'
   std::string title;
   std::string signature;  // the poet, or the visitor's name
   std::string date;
@@ -46,6 +46,7 @@ struct RendererSettings {
   int threads_per_render = 1;
 };
 
-Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(const RendererSettings& settings);
+Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(
+    const RendererSettings& settings);
 
 }  // namespace danqing::service

@@ -17,8 +17,12 @@ void Header(std::string* out, const std::string& name, const std::string& help, 
 
 }  // namespace
 
-Histogram::Histogram(std::string name, std::string help, std::string label, std::vector<double> bounds)
-    : name_(std::move(name)), help_(std::move(help)), label_(std::move(label)), bounds_(std::move(bounds)) {}
+Histogram::Histogram(std::string name, std::string help, std::string label,
+                     std::vector<double> bounds)
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      label_(std::move(label)),
+      bounds_(std::move(bounds)) {}
 
 void Histogram::Observe(const std::string& label_value, double value) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -42,7 +46,8 @@ void Histogram::Write(std::string* out) const {
     uint64_t cum = 0;
     for (size_t i = 0; i < bounds_.size(); ++i) {
       cum += s.buckets[i];
-      *out += name_ + "_bucket{" + l + ",le=\"" + Num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+      *out +=
+          name_ + "_bucket{" + l + ",le=\"" + Num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
     }
     *out += name_ + "_bucket{" + l + ",le=\"+Inf\"} " + std::to_string(s.count) + "\n";
     *out += name_ + "_sum{" + l + "} " + Num(s.sum) + "\n";
@@ -76,12 +81,12 @@ Metrics::Metrics()
     : request_seconds("danqing_http_request_duration_seconds",
                       "Time from request read to response, by route.", "route",
                       {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
-      inscription_seconds("danqing_inscription_request_duration_seconds",
-                          "POST /v1/inscriptions time by outcome: ok, refused (429/503), "
-                          "client_error (4xx), error (5xx other than 503).",
-                          "outcome",
-                          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20,
-                           30, 60}),
+      inscription_seconds(
+          "danqing_inscription_request_duration_seconds",
+          "POST /v1/inscriptions time by outcome: ok, refused (429/503), "
+          "client_error (4xx), error (5xx other than 503).",
+          "outcome",
+          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60}),
       requests("danqing_http_requests_total", "HTTP requests answered, by route and status code."),
       stage_seconds("danqing_inscription_stage_seconds",
                     "Time spent in each stage of an inscription.", "stage",
@@ -100,7 +105,8 @@ std::string Metrics::Render() const {
     Header(&out, name, help, "gauge");
     out += std::string(name) + " " + std::to_string(v) + "\n";
   };
-  gauge("danqing_render_queue_depth", "Inscriptions waiting for a render worker.", queue_depth.load());
+  gauge("danqing_render_queue_depth", "Inscriptions waiting for a render worker.",
+        queue_depth.load());
   gauge("danqing_render_queue_capacity", "Inscriptions that may wait before new ones are refused.",
         queue_capacity.load());
   gauge("danqing_renders_in_flight", "Inscriptions being rendered now.", in_flight.load());

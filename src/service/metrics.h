@@ -50,17 +50,17 @@ class LabeledCounter {
 struct Metrics {
   Metrics();
 
-  Histogram request_seconds;   // danqing_http_request_duration_seconds{route}
-  Histogram inscription_seconds;  // danqing_inscription_request_duration_seconds{outcome}
-  LabeledCounter requests;     // danqing_http_requests_total{route,code}
-  Histogram stage_seconds;     // danqing_inscription_stage_seconds{stage}
-  LabeledCounter rejected;     // danqing_inscriptions_rejected_total{reason}
-  std::atomic<int64_t> queue_depth{0};       // danqing_render_queue_depth
-  std::atomic<int64_t> queue_capacity{0};    // danqing_render_queue_capacity
-  std::atomic<int64_t> in_flight{0};         // danqing_renders_in_flight
-  std::atomic<int64_t> workers{0};           // danqing_render_workers
-  std::atomic<int64_t> draining{0};          // danqing_draining
-  std::string backend = "cpu";               // danqing_render_backend_info{backend}
+  Histogram request_seconds;               // danqing_http_request_duration_seconds{route}
+  Histogram inscription_seconds;           // danqing_inscription_request_duration_seconds{outcome}
+  LabeledCounter requests;                 // danqing_http_requests_total{route,code}
+  Histogram stage_seconds;                 // danqing_inscription_stage_seconds{stage}
+  LabeledCounter rejected;                 // danqing_inscriptions_rejected_total{reason}
+  std::atomic<int64_t> queue_depth{0};     // danqing_render_queue_depth
+  std::atomic<int64_t> queue_capacity{0};  // danqing_render_queue_capacity
+  std::atomic<int64_t> in_flight{0};       // danqing_renders_in_flight
+  std::atomic<int64_t> workers{0};         // danqing_render_workers
+  std::atomic<int64_t> draining{0};        // danqing_draining
+  std::string backend = "cpu";             // danqing_render_backend_info{backend}
   std::string perceiver = "opencv-classic";  // danqing_perceiver_info{perceiver}
 
   std::string Render() const;

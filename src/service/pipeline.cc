@@ -70,15 +70,16 @@ Pipeline::Pipeline(perceive::Perceiver* perceiver, verse::VerseSelector* selecto
 Result<image::Header> Pipeline::Check(std::span<const uint8_t> bytes) const {
   if (bytes.empty()) return InvalidArgument("the upload is empty");
   if (bytes.size() > limits_.image.max_bytes) {
-    return ResourceExhausted("the upload is " + std::to_string(bytes.size()) + " bytes; the limit is " +
-                             std::to_string(limits_.image.max_bytes));
+    return ResourceExhausted("the upload is " + std::to_string(bytes.size()) +
+                             " bytes; the limit is " + std::to_string(limits_.image.max_bytes));
   }
   if (image::Sniff(bytes) == image::Format::kUnknown) {
     return InvalidArgument("the upload is not a PNG or JPEG image");
   }
   auto header = image::ReadHeader(bytes);
   if (!header.ok()) return header.status();
-  const uint64_t pixels = static_cast<uint64_t>(header->width) * static_cast<uint64_t>(header->height);
+  const uint64_t pixels =
+      static_cast<uint64_t>(header->width) * static_cast<uint64_t>(header->height);
   if (header->width > limits_.image.max_side || header->height > limits_.image.max_side ||
       pixels > limits_.image.max_pixels) {
     return ResourceExhausted("the image is " + std::to_string(header->width) + "x" +
@@ -142,7 +143,8 @@ Status Pipeline::Validate(const InscribeOptions& o) const {
   return Status::Ok();
 }
 
-Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes, const InscribeOptions& o) const {
+Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
+                                        const InscribeOptions& o) const {
   const auto start = Clock::now();
   InscriptionResult r;
 

@@ -41,8 +41,8 @@ struct InscriptionResult {
   std::string content_type;  // image/png, image/jpeg
   int width = 0, height = 0;
   int photo_width = 0, photo_height = 0;  // upright
-  std::string verse_source;  // "corpus" or "visitor"
-  int poem_id = 0;           // with "corpus"
+  std::string verse_source;               // "corpus" or "visitor"
+  int poem_id = 0;                        // with "corpus"
   std::string title, author;
   std::vector<std::string> lines;
   perceive::Perception perception;
@@ -50,7 +50,7 @@ struct InscriptionResult {
 };
 
 struct PipelineLimits {
-  image::Limits image;       // upload bytes, pixels, side
+  image::Limits image;  // upload bytes, pixels, side
   int max_canvas_side = 2048;
   size_t max_text_chars = 64;
 };
@@ -70,7 +70,8 @@ class Pipeline {
   Status Validate(const InscribeOptions& options) const;
   // Everything after the checks. Errors as Check() for images whose header
   // passed but whose data is corrupt or truncated.
-  Result<InscriptionResult> Run(std::span<const uint8_t> bytes, const InscribeOptions& options) const;
+  Result<InscriptionResult> Run(std::span<const uint8_t> bytes,
+                                const InscribeOptions& options) const;
 
   const PipelineLimits& limits() const { return limits_; }
 

@@ -39,14 +39,15 @@ class CalligraphyRenderer final : public InscriptionRenderer {
 
 }  // namespace
 
-Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(const RendererSettings& settings) {
+Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(
+    const RendererSettings& settings) {
   render::RendererConfig config;
   config.strokes_path = settings.strokes_path;
   config.font_path = settings.font_path;
   auto r = render::Renderer::Create(config);
   if (!r.ok()) return r.status();
-  return std::unique_ptr<InscriptionRenderer>(
-      std::make_unique<CalligraphyRenderer>(std::move(r).value(), std::max(1, settings.threads_per_render)));
+  return std::unique_ptr<InscriptionRenderer>(std::make_unique<CalligraphyRenderer>(
+      std::move(r).value(), std::max(1, settings.threads_per_render)));
 }
 
 }  // namespace danqing::service

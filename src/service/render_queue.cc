@@ -65,7 +65,8 @@ size_t RenderQueue::in_flight() const {
 
 int RenderQueue::RetryAfterSeconds() const {
   std::lock_guard<std::mutex> lock(mu_);
-  const double waves = static_cast<double>(jobs_.size() + running_) / static_cast<double>(threads_.size());
+  const double waves =
+      static_cast<double>(jobs_.size() + running_) / static_cast<double>(threads_.size());
   return std::max(1, static_cast<int>(std::ceil(waves * avg_job_seconds_)));
 }
 

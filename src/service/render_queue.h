@@ -31,7 +31,8 @@ class RenderQueue {
   RenderQueue(const RenderQueue&) = delete;
   RenderQueue& operator=(const RenderQueue&) = delete;
 
-  Admit Submit(std::function<void()> run, std::function<void()> expired, Clock::time_point deadline);
+  Admit Submit(std::function<void()> run, std::function<void()> expired,
+               Clock::time_point deadline);
 
   // Refuse new jobs (kClosed); jobs already accepted still run.
   void Close();

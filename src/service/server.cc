@@ -1,13 +1,12 @@
 #include "service/server.h"
 
 #include <httplib.h>
+#include <spdlog/spdlog.h>
 
 #include <condition_variable>
 #include <cstdio>
-#include <random>
-
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
+#include <random>
 
 #include "service/assets.h"
 
@@ -60,7 +59,8 @@ Result<int> IntOption(const httplib::Request& req, const char* key, int fallback
   if (v.empty()) return fallback;
   int out = 0;
   for (char c : v) {
-    if (c < '0' || c > '9' || out > 100000) return InvalidArgument(std::string(key) + " must be a number");
+    if (c < '0' || c > '9' || out > 100000)
+      return InvalidArgument(std::string(key) + " must be a number");
     out = out * 10 + (c - '0');
   }
   return out;
@@ -74,7 +74,8 @@ bool WantsJson(const httplib::Request& req) {
 
 }  // namespace
 
-std::string InscriptionJson(const std::string& id, const InscriptionResult& r, const std::string& backend) {
+std::string InscriptionJson(const std::string& id, const InscriptionResult& r,
+                            const std::string& backend) {
   const auto& f = r.perception.features;
   json themes = json::array();
   for (const auto& t : r.perception.themes) {
@@ -97,20 +98,39 @@ std::string InscriptionJson(const std::string& id, const InscriptionResult& r, c
       {"height", r.height},
       {"photo", {{"width", r.photo_width}, {"height", r.photo_height}}},
       {"verse",
-       {{"source", r.verse_source}, {"id", r.poem_id}, {"title", r.title}, {"author", r.author},
+       {{"source", r.verse_source},
+        {"id", r.poem_id},
+        {"title", r.title},
+        {"author", r.author},
         {"lines", r.lines}}},
       {"themes", themes},
       {"features",
-       {{"brightness", r3(f.brightness)}, {"contrast", r3(f.contrast)}, {"saturation", r3(f.saturation)},
-        {"warmth", r3(f.warmth)}, {"sky", r3(f.sky)}, {"water", r3(f.water)},
-        {"vegetation", r3(f.vegetation)}, {"snow", r3(f.snow)}, {"sunset", r3(f.sunset)},
-        {"autumn", r3(f.autumn)}, {"flower", r3(f.flower)}, {"night", r3(f.night)},
-        {"edge_density", r3(f.edge_density)}, {"top_edges", r3(f.top_edges)}, {"earth", r3(f.earth)},
-        {"vessels", f.vessels}, {"faces", f.faces}, {"cat_faces", f.cat_faces},
+       {{"brightness", r3(f.brightness)},
+        {"contrast", r3(f.contrast)},
+        {"saturation", r3(f.saturation)},
+        {"warmth", r3(f.warmth)},
+        {"sky", r3(f.sky)},
+        {"water", r3(f.water)},
+        {"vegetation", r3(f.vegetation)},
+        {"snow", r3(f.snow)},
+        {"sunset", r3(f.sunset)},
+        {"autumn", r3(f.autumn)},
+        {"flower", r3(f.flower)},
+        {"night", r3(f.night)},
+        {"edge_density", r3(f.edge_density)},
+        {"top_edges", r3(f.top_edges)},
+        {"earth", r3(f.earth)},
+        {"vessels", f.vessels},
+        {"faces", f.faces},
+        {"cat_faces", f.cat_faces},
         {"palette", palette}}},
       {"timings_ms",
-       {{"queue", r3(t.queue_ms)}, {"decode", r3(t.decode_ms)}, {"perceive", r3(t.perceive_ms)},
-        {"verse", r3(t.verse_ms)}, {"render", r3(t.render_ms)}, {"encode", r3(t.encode_ms)},
+       {{"queue", r3(t.queue_ms)},
+        {"decode", r3(t.decode_ms)},
+        {"perceive", r3(t.perceive_ms)},
+        {"verse", r3(t.verse_ms)},
+        {"render", r3(t.render_ms)},
+        {"encode", r3(t.encode_ms)},
         {"total", r3(t.total_ms)}}},
       {"backend", backend},
   };
@@ -119,8 +139,9 @@ std::string InscriptionJson(const std::string& id, const InscriptionResult& r, c
 
 Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics)
     : options_(std::move(options)), pipeline_(pipeline), metrics_(metrics) {
-  const size_t workers =
-      options_.workers ? options_.workers : std::max<size_t>(1, std::thread::hardware_concurrency());
+  const size_t workers = options_.workers
+                             ? options_.workers
+                             : std::max<size_t>(1, std::thread::hardware_concurrency());
   const size_t capacity = options_.queue_capacity ? options_.queue_capacity : 2 * workers;
   queue_ = std::make_unique<RenderQueue>(workers, capacity, metrics_);
   id_salt_ = std::random_device{}();
@@ -129,7 +150,9 @@ Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics
   Routes();
 }
 
-Server::~Server() { Stop(); }
+Server::~Server() {
+  Stop();
+}
 
 std::string Server::NewId() {
   uint64_t x = id_salt_ + 0x9e3779b97f4a7c15ULL * (++next_id_);
@@ -175,7 +198,7 @@ void Server::Routes() {
     metrics_->request_seconds.Observe(route, secs);
     if (route == "/v1/inscriptions" && req.method == "POST") {
       const int c = res.status;
-      const char* outcome = c == 200                ? "ok"
+      const char* outcome = c == 200               ? "ok"
                             : c == 429 || c == 503 ? "refused"
                             : c < 500              ? "client_error"
                                                    : "error";
@@ -186,17 +209,18 @@ void Server::Routes() {
       spdlog::info("{} {} -> {} in {:.1f} ms", req.method, req.path, res.status, secs * 1000);
     }
   });
-  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    spdlog::error("{} {}: {}", req.method, req.path, what);
-    Error(res, 500, "internal error");
-  });
+  s.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("{} {}: {}", req.method, req.path, what);
+        Error(res, 500, "internal error");
+      });
 
   s.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(std::string(IndexHtml()), "text/html; charset=utf-8");
@@ -215,22 +239,23 @@ void Server::Routes() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  s.Get(R"(/v1/inscriptions/([0-9a-f]{16}))", [this](const httplib::Request& req, httplib::Response& res) {
-    auto stored = Find(req.matches[1]);
-    if (!stored) return Error(res, 404, "no recent inscription with this id");
-    res.set_content(stored->json, "application/json");
-  });
-  s.Get(R"(/v1/inscriptions/([0-9a-f]{16})/image)",
+  s.Get(R"(/v1/inscriptions/([0-9a-f]{16}))",
         [this](const httplib::Request& req, httplib::Response& res) {
           auto stored = Find(req.matches[1]);
           if (!stored) return Error(res, 404, "no recent inscription with this id");
-          if (req.has_param("download")) {
-            const char* ext = stored->content_type == "image/jpeg" ? "jpg" : "png";
-            res.set_header("Content-Disposition", "attachment; filename=\"danqing-" +
-                                                      std::string(req.matches[1]) + "." + ext + "\"");
-          }
-          res.set_content(stored->image, stored->content_type.c_str());
+          res.set_content(stored->json, "application/json");
         });
+  s.Get(R"(/v1/inscriptions/([0-9a-f]{16})/image)", [this](const httplib::Request& req,
+                                                           httplib::Response& res) {
+    auto stored = Find(req.matches[1]);
+    if (!stored) return Error(res, 404, "no recent inscription with this id");
+    if (req.has_param("download")) {
+      const char* ext = stored->content_type == "image/jpeg" ? "jpg" : "png";
+      res.set_header("Content-Disposition", "attachment; filename=\"danqing-" +
+                                                std::string(req.matches[1]) + "." + ext + "\"");
+    }
+    res.set_content(stored->image, stored->content_type.c_str());
+  });
   s.Post("/v1/inscriptions", [this](const httplib::Request& req, httplib::Response& res) {
     const auto start = Clock::now();
     const auto deadline = start + options_.deadline;
@@ -247,7 +272,8 @@ void Server::Routes() {
     }
     const auto raw = std::make_shared<const std::string>(
         req.is_multipart_form_data() ? req.get_file_value("image").content : req.body);
-    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(raw->data()), raw->size());
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(raw->data()),
+                                         raw->size());
 
     InscribeOptions o;
     auto w = IntOption(req, "width", o.width);
@@ -295,7 +321,8 @@ void Server::Routes() {
         [this, raw, o, finish, start] {
           const auto began = Clock::now();
           auto r = pipeline_->Run(
-              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()), o);
+              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()),
+              o);
           if (r.ok()) {
             r->timings.queue_ms = std::chrono::duration<double, std::milli>(began - start).count();
             const auto& t = r->timings;
@@ -308,7 +335,9 @@ void Server::Routes() {
           }
           finish(std::move(r));
         },
-        [finish] { finish(Status(StatusCode::kDeadlineExceeded, "the deadline passed while waiting")); },
+        [finish] {
+          finish(Status(StatusCode::kDeadlineExceeded, "the deadline passed while waiting"));
+        },
         deadline);
     if (admit != RenderQueue::Admit::kAccepted) {
       const bool full = admit == RenderQueue::Admit::kFull;
@@ -362,8 +391,9 @@ Status Server::Start() {
     port_ = options_.port;
   }
   listener_ = std::thread([this] { http_->listen_after_bind(); });
-  spdlog::info("serving on http://{}:{} ({} render workers, queue {}, deadline {} ms)", options_.host,
-               port_, queue_->workers(), queue_->capacity(), options_.deadline.count());
+  spdlog::info("serving on http://{}:{} ({} render workers, queue {}, deadline {} ms)",
+               options_.host, port_, queue_->workers(), queue_->capacity(),
+               options_.deadline.count());
   return Status::Ok();
 }
 

@@ -44,12 +44,12 @@ namespace danqing::service {
 
 struct ServerOptions {
   std::string host = "0.0.0.0";
-  int port = 8080;  // 0: any free port (see Server::port())
-  size_t workers = 0;         // render workers; 0: the number of cores
-  size_t queue_capacity = 0;  // waiting renders; 0: 2 x workers
+  int port = 8080;                            // 0: any free port (see Server::port())
+  size_t workers = 0;                         // render workers; 0: the number of cores
+  size_t queue_capacity = 0;                  // waiting renders; 0: 2 x workers
   std::chrono::milliseconds deadline{20000};  // per inscription request
-  int http_threads = 64;      // connections served at once (keep-alive holds one each)
-  std::chrono::seconds read_timeout{10};   // slow clients: per read
+  int http_threads = 64;                  // connections served at once (keep-alive holds one each)
+  std::chrono::seconds read_timeout{10};  // slow clients: per read
   std::chrono::seconds write_timeout{10};
   std::chrono::seconds keep_alive_timeout{5};
   size_t result_cache_entries = 64;  // recent inscriptions kept for GET by id
@@ -96,11 +96,12 @@ class Server {
   uint64_t id_salt_ = 0;
 
   mutable std::mutex cache_mu_;
-  std::list<std::string> cache_order_;                             // guarded by cache_mu_, newest first
-  std::map<std::string, std::shared_ptr<const Stored>> cache_;     // guarded by cache_mu_
+  std::list<std::string> cache_order_;  // guarded by cache_mu_, newest first
+  std::map<std::string, std::shared_ptr<const Stored>> cache_;  // guarded by cache_mu_
 };
 
 // The JSON body describing an inscription (verse, themes, features, timings).
-std::string InscriptionJson(const std::string& id, const InscriptionResult& r, const std::string& backend);
+std::string InscriptionJson(const std::string& id, const InscriptionResult& r,
+                            const std::string& backend);
 
 }  // namespace danqing::service

@@ -12,7 +12,8 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
   size_t start = 0;
   while (true) {
     const size_t pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    out.push_back(
+        s.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
     if (pos == std::string_view::npos) break;
     start = pos + 1;
   }
@@ -46,7 +47,8 @@ Result<Corpus> Corpus::Parse(std::string_view content, std::string_view source) 
     Poem p;
     auto [ptr, ec] = std::from_chars(fields[0].data(), fields[0].data() + fields[0].size(), p.id);
     if (ec != std::errc() || ptr != fields[0].data() + fields[0].size() || p.id <= 0) {
-      return InvalidArgument(where() + "id '" + std::string(fields[0]) + "' is not a positive integer");
+      return InvalidArgument(where() + "id '" + std::string(fields[0]) +
+                             "' is not a positive integer");
     }
     p.title = fields[1];
     p.author = fields[2];
@@ -57,7 +59,8 @@ Result<Corpus> Corpus::Parse(std::string_view content, std::string_view source) 
       if (l.empty()) return InvalidArgument(where() + "empty verse line");
       p.lines.emplace_back(l);
     }
-    if (p.title.empty() || p.author.empty()) return InvalidArgument(where() + "empty title or author");
+    if (p.title.empty() || p.author.empty())
+      return InvalidArgument(where() + "empty title or author");
     c.poems_.push_back(std::move(p));
   }
   if (c.poems_.empty()) return InvalidArgument(std::string(source) + ": no poems");

@@ -50,8 +50,8 @@ const Poem& VerseSelector::Choose(const std::vector<ThemeWeight>& themes, uint64
     if (score < best * options_.near_best || candidates.size() >= options_.max_candidates) break;
     candidates.push_back(idx);
   }
-  int chosen = candidates.empty() ? scored.front().second
-                                  : candidates[SplitMix64(seed) % candidates.size()];
+  int chosen =
+      candidates.empty() ? scored.front().second : candidates[SplitMix64(seed) % candidates.size()];
   recent_.push_back(chosen);
   while (recent_.size() > options_.no_repeat_window) recent_.pop_front();
   return poems[static_cast<size_t>(chosen)];

@@ -1,6 +1,6 @@
-#include <algorithm>
-
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "image/image.h"
 #include "perceive/perceiver.h"
@@ -11,7 +11,8 @@ namespace {
 struct Canvas {
   int w, h;
   std::vector<uint8_t> px;
-  Canvas(int width, int height) : w(width), h(height), px(static_cast<size_t>(width * height * 3)) {}
+  Canvas(int width, int height)
+      : w(width), h(height), px(static_cast<size_t>(width * height * 3)) {}
   void Fill(int y0, int y1, uint8_t r, uint8_t g, uint8_t b) {
     for (int y = y0; y < y1; ++y) {
       for (int x = 0; x < w; ++x) {
@@ -31,7 +32,9 @@ double Score(const Perception& p, const std::string& theme) {
   return -1;
 }
 
-std::string Top(const Perception& p) { return p.themes.front().theme; }
+std::string Top(const Perception& p) {
+  return p.themes.front().theme;
+}
 
 class PerceiveTest : public ::testing::Test {
  protected:
@@ -50,8 +53,8 @@ class PerceiveTest : public ::testing::Test {
 
 TEST_F(PerceiveTest, BlueSkyOverBlueWaterIsWater) {
   Canvas c(200, 120);
-  c.Fill(0, 60, 110, 160, 230);   // sky
-  c.Fill(60, 120, 20, 70, 140);   // water
+  c.Fill(0, 60, 110, 160, 230);  // sky
+  c.Fill(60, 120, 20, 70, 140);  // water
   auto p = Run(c);
   EXPECT_GT(p.features.sky, 0.9);
   EXPECT_GT(p.features.water, 0.9);
@@ -142,7 +145,8 @@ class PhotoTest : public ::testing::Test {
     auto img = image::ReadFile(std::string(DANQING_SOURCE_DIR) + "/tests/data/photos/" + name);
     EXPECT_TRUE(img.ok()) << img.status().ToString();
     if (!img.ok()) return {};
-    auto r = (*p)->Perceive({img->width, img->height, img->rgb.data(), static_cast<size_t>(img->width) * 3});
+    auto r = (*p)->Perceive(
+        {img->width, img->height, img->rgb.data(), static_cast<size_t>(img->width) * 3});
     EXPECT_TRUE(r.ok());
     return r.ok() ? *r : Perception{};
   }

@@ -1,6 +1,8 @@
 // End-to-end tests of the HTTP service over real HTTP on 127.0.0.1 (port 0):
 // real photos, every bad input, overload, deadlines, draining, metrics.
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,11 +13,8 @@
 #include <fstream>
 #include <future>
 #include <mutex>
-#include <sstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "service/assets.h"
 #include "service/server.h"
@@ -73,7 +72,8 @@ std::string PngHeaderOnly(uint32_t width, uint32_t height) {
 
 // The JPEG with an EXIF APP1 segment saying "rotate 90° clockwise" (orientation 6).
 std::string WithExifOrientation6(const std::string& jpeg) {
-  const std::string payload = std::string("Exif\0\0MM\0*\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01\0\x06\0\0\0\0\0\0", 32);
+  const std::string payload =
+      std::string("Exif\0\0MM\0*\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01\0\x06\0\0\0\0\0\0", 32);
   std::string seg = "\xff\xe1";
   seg.push_back(static_cast<char>(0));
   seg.push_back(static_cast<char>(payload.size() + 2));
@@ -181,7 +181,8 @@ class ServiceTest : public ::testing::Test {
     httplib::Headers h;
     if (json_answer) h.emplace("Accept", "application/json");
     // Small canvas unless the query sets its own size.
-    const std::string size = query.find("width=") == std::string::npos ? "width=480&height=320" : "height=320";
+    const std::string size =
+        query.find("width=") == std::string::npos ? "width=480&height=320" : "height=320";
     return c.Post(("/v1/inscriptions?" + size + query).c_str(), h, body, content_type.c_str());
   }
 
@@ -219,9 +220,9 @@ TEST_F(ServiceTest, PhotosGetPlausibleThemesAndAVerse) {
     const char* photo;
     const char* theme;  // expected among the top themes
   };
-  for (const Case& c : {Case{"astronaut.jpg", "人物"}, Case{"hubble_deep_field.jpg", "月夜"},
-                        Case{"chelsea.jpg", "禽兽"}, Case{"coffee.jpg", "茶酒"},
-                        Case{"rocket.jpg", "天空"}}) {
+  for (const Case& c :
+       {Case{"astronaut.jpg", "人物"}, Case{"hubble_deep_field.jpg", "月夜"},
+        Case{"chelsea.jpg", "禽兽"}, Case{"coffee.jpg", "茶酒"}, Case{"rocket.jpg", "天空"}}) {
     SCOPED_TRACE(c.photo);
     const json j = Ok(PostRaw(Photo(c.photo)));
     ASSERT_TRUE(j.is_object());
@@ -297,20 +298,22 @@ TEST_F(ServiceTest, ExifOrientationIsHonoured) {
 TEST_F(ServiceTest, BadImagesAreClearClientErrors) {
   ExpectError(PostRaw(""), 400, "empty");
   const std::string jpeg = Photo("coffee.jpg");
-  ExpectError(PostRaw(jpeg.substr(0, jpeg.size() / 3)), 400, "");           // truncated
-  ExpectError(PostRaw(std::string("\xff\xd8\xff\xe0", 4) + std::string(3000, 'x')), 400, "");  // corrupt
+  ExpectError(PostRaw(jpeg.substr(0, jpeg.size() / 3)), 400, "");  // truncated
+  ExpectError(PostRaw(std::string("\xff\xd8\xff\xe0", 4) + std::string(3000, 'x')), 400,
+              "");  // corrupt
   std::string png = PngHeaderOnly(640, 480);
   ExpectError(PostRaw(png), 400, "");  // header fine, no pixel data
   // Decompression bombs: refused from the header, before any pixel is decoded.
-  ExpectError(PostRaw(PngHeaderOnly(9000, 9000)), 413, "limit");    // 81 Mpx > 20 Mpx
-  ExpectError(PostRaw(PngHeaderOnly(60000, 100)), 413, "limit");    // side > 10000
+  ExpectError(PostRaw(PngHeaderOnly(9000, 9000)), 413, "limit");  // 81 Mpx > 20 Mpx
+  ExpectError(PostRaw(PngHeaderOnly(60000, 100)), 413, "limit");  // side > 10000
   // Over the upload cap (1 MiB here): the server does not read it all.
   auto big = PostRaw(std::string(3 << 20, '\xff'));
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 413);
   // Multipart without the `image` field.
   auto c = service_->Client();
-  auto res = c.Post("/v1/inscriptions", httplib::MultipartFormDataItems{{"photo", jpeg, "a.jpg", "image/jpeg"}});
+  auto res = c.Post("/v1/inscriptions",
+                    httplib::MultipartFormDataItems{{"photo", jpeg, "a.jpg", "image/jpeg"}});
   ExpectError(res, 400, "'image'");
   // The service still works.
   EXPECT_EQ(PostRaw(jpeg)->status, 200);
@@ -335,7 +338,8 @@ TEST_F(ServiceTest, SlowClientIsCutOffAndOthersAreServed) {
   addr.sin_port = htons(static_cast<uint16_t>(service_->server().port()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string partial = "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc";
+  const std::string partial =
+      "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc";
   ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
   // Meanwhile another visitor is served.
   EXPECT_EQ(PostRaw(Photo("chelsea.jpg"))->status, 200);
@@ -363,10 +367,15 @@ TEST_F(ServiceTest, PageHealthAndMetrics) {
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
   EXPECT_THAT(m->body, HasSubstr("danqing_render_backend_info{backend=\"cpu\"} 1"));
-  EXPECT_THAT(m->body, HasSubstr("danqing_http_request_duration_seconds_bucket{route=\"/v1/inscriptions\",le=\"+Inf\"}"));
-  EXPECT_THAT(m->body, HasSubstr("danqing_http_requests_total{route=\"/v1/inscriptions\",code=\"200\"}"));
+  EXPECT_THAT(
+      m->body,
+      HasSubstr(
+          "danqing_http_request_duration_seconds_bucket{route=\"/v1/inscriptions\",le=\"+Inf\"}"));
+  EXPECT_THAT(m->body,
+              HasSubstr("danqing_http_requests_total{route=\"/v1/inscriptions\",code=\"200\"}"));
   EXPECT_THAT(m->body, HasSubstr("danqing_render_queue_depth 0"));
-  EXPECT_THAT(m->body, HasSubstr("danqing_inscription_request_duration_seconds_count{outcome=\"ok\"}"));
+  EXPECT_THAT(m->body,
+              HasSubstr("danqing_inscription_request_duration_seconds_count{outcome=\"ok\"}"));
   EXPECT_THAT(m->body, HasSubstr("# TYPE danqing_renders_in_flight gauge"));
   EXPECT_THAT(m->body, HasSubstr("danqing_inscription_stage_seconds_count{stage=\"render\"}"));
 }
@@ -421,7 +430,8 @@ TEST(ServiceLoadTest, DrainFinishesAcceptedWorkAndRefusesNew) {
     return c.Post("/v1/inscriptions?width=256&height=256", jpeg, "image/jpeg");
   });
   gate.WaitStarted(1);
-  auto drained = std::async(std::launch::async, [&] { return svc.server().Drain(std::chrono::seconds(60)); });
+  auto drained =
+      std::async(std::launch::async, [&] { return svc.server().Drain(std::chrono::seconds(60)); });
   while (svc.metrics().draining.load() == 0) std::this_thread::yield();
   auto c = svc.Client();
   EXPECT_EQ(c.Get("/readyz")->status, 503);

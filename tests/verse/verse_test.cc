@@ -1,6 +1,6 @@
-#include <set>
-
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "verse/corpus.h"
 #include "verse/selector.h"
@@ -53,8 +53,8 @@ TEST(CorpusTest, BundledCorpusLoadsAndIsThemed) {
     EXPECT_TRUE(p.lines.size() == 4 || p.lines.size() == 8) << p.title;
     themes.insert(p.themes.begin(), p.themes.end());
   }
-  for (const char* t : {"山水", "江河湖海", "月夜", "雪", "春", "秋", "花", "人物", "城市", "田园",
-                        "日出日落"}) {
+  for (const char* t :
+       {"山水", "江河湖海", "月夜", "雪", "春", "秋", "花", "人物", "城市", "田园", "日出日落"}) {
     EXPECT_TRUE(themes.count(t)) << t;
   }
 }
@@ -85,7 +85,8 @@ TEST(SelectorTest, NoRepeatWithinWindow) {
   ASSERT_TRUE(c.ok());
   VerseSelector s(*c, {.no_repeat_window = 16});
   std::vector<int> ids;
-  for (int i = 0; i < 40; ++i) ids.push_back(s.Choose({{"雪", 1.0}}, 7).id);  // same photo again and again
+  for (int i = 0; i < 40; ++i)
+    ids.push_back(s.Choose({{"雪", 1.0}}, 7).id);  // same photo again and again
   for (size_t i = 0; i < ids.size(); ++i) {
     for (size_t j = i + 1; j < ids.size() && j < i + 17; ++j) {
       EXPECT_NE(ids[i], ids[j]) << "repeat at " << i << " and " << j;

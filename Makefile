@@ -1,6 +1,6 @@
 # Danqing: the two commands a newcomer needs are `make run` and `make test`.
 # Both install what is missing (scripts/setup.sh) and build with CMake presets.
-.PHONY: all setup build run test test-asan test-tsan bench format format-check clean
+.PHONY: all setup build run serve test test-asan test-tsan bench format format-check clean
 
 PRESET ?= default
 CTEST_ARGS ?=
@@ -18,6 +18,11 @@ build: setup
 # else the fake 8xA100 node).
 run: build
 	@scripts/run.sh
+	@scripts/serve.sh
+
+# The Danqing service on localhost:8080 with the bundled data (scripts/serve.sh).
+serve: build
+	@scripts/serve.sh
 
 test: build
 	@ctest --preset $(PRESET) $(CTEST_ARGS)

@@ -11,10 +11,14 @@ PACKAGES=(
   libpng-dev libjpeg62-turbo-dev
   # renderer: FreeType and the Kai font for characters the stroke data lacks
   libfreetype-dev fonts-arphic-ukai
+  # the danqing service: OpenCV components and Haar cascades (perception), HTTP
+  libopencv-core-dev libopencv-imgproc-dev libopencv-objdetect-dev opencv-data libcpp-httplib-dev
   # tests, benchmarks, sanitizers
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   # deploy/: container images (scripts/build-images.sh)
   buildah
+  # the service's web-page test (headless) and load test
+  chromium wrk
 )
 
 missing=()

@@ -7,3 +7,6 @@
 
 // `danqing render`: one inscription to a PNG/JPEG file (render_command.cc).
 void RegisterRenderCommand(CLI::App& app);
+
+// `danqing serve`: the HTTP service and upload page (serve_command.cc).
+void RegisterServeCommand(CLI::App& app);

@@ -1,4 +1,4 @@
-// danqing: the workload CLI (render; serve is added by the service). Thin main:
+// danqing: the workload CLI (render, serve). Thin main:
 // the subcommands register themselves from their own files (commands.h).
 //
 // Exit codes: 0 success; 1 failure; 2 usage error.
@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     if (!st.ok()) throw CLI::ValidationError("--log-level", st.message());
   });
   RegisterRenderCommand(app);
+  RegisterServeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

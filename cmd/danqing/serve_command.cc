@@ -1,0 +1,156 @@
+// `danqing serve`: the HTTP service. Wiring and signals only; the service
+// lives in src/service/.
+//
+// SIGTERM/SIGINT: drain (readiness off, new inscriptions refused, accepted
+// ones finish, at most --drain-timeout), then stop. Exit 0 after a clean
+// drain, 1 when renders were cut off or start-up failed, 2 for bad flags.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "commands.h"
+#include "perceive/perceiver.h"
+#include "service/assets.h"
+#include "service/inscription_renderer.h"
+#include "service/metrics.h"
+#include "service/pipeline.h"
+#include "service/server.h"
+#include "verse/corpus.h"
+#include "verse/selector.h"
+
+namespace danqing::cli {
+namespace {
+
+struct ServeFlags {
+  std::string host = "0.0.0.0";
+  int port = 8080;
+  size_t workers = 0;
+  size_t queue = 0;
+  int deadline_ms = 20000;
+  int drain_timeout_s = 25;
+  int read_timeout_s = 10;
+  int http_threads = 64;
+  double max_upload_mb = 10;
+  double max_megapixels = 40;
+  int max_canvas = 2048;
+  std::string verse_file;
+  std::string cascade_dir = "/usr/share/opencv4/haarcascades";
+  std::string strokes;
+  std::string font;
+};
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "danqing serve: %s\n", st.ToString().c_str());
+  return st.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+int RunServe(const ServeFlags& f) {
+  // Signals are taken by this thread with sigwait; block them before any
+  // other thread starts so none of those receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto corpus = f.verse_file.empty()
+                    ? verse::Corpus::Parse(service::BundledPoems(), "bundled poems.tsv")
+                    : verse::Corpus::Load(f.verse_file);
+  if (!corpus.ok()) return Fail(corpus.status());
+  verse::VerseSelector selector(*corpus);
+
+  auto perceiver = perceive::CreateCvPerceiver({.cascade_dir = f.cascade_dir});
+  if (!perceiver.ok()) return Fail(perceiver.status());
+
+  auto renderer = service::CreateInscriptionRenderer(
+      {.strokes_path = f.strokes, .font_path = f.font, .threads_per_render = 1});
+  if (!renderer.ok()) return Fail(renderer.status());
+
+  service::PipelineLimits limits;
+  limits.image.max_bytes = static_cast<size_t>(f.max_upload_mb * 1024 * 1024);
+  limits.image.max_pixels = static_cast<uint64_t>(f.max_megapixels * 1e6);
+  limits.max_canvas_side = f.max_canvas;
+  service::Pipeline pipeline(perceiver->get(), &selector, renderer->get(), limits);
+
+  service::Metrics metrics;
+  metrics.backend = (*renderer)->Backend();
+  metrics.perceiver = (*perceiver)->Name();
+
+  service::ServerOptions options;
+  options.host = f.host;
+  options.port = f.port;
+  options.workers = f.workers;
+  options.queue_capacity = f.queue;
+  options.deadline = std::chrono::milliseconds(f.deadline_ms);
+  options.read_timeout = std::chrono::seconds(f.read_timeout_s);
+  options.write_timeout = std::chrono::seconds(f.read_timeout_s);
+  options.http_threads = f.http_threads;
+  service::Server server(options, &pipeline, &metrics);
+  if (auto st = server.Start(); !st.ok()) return Fail(st);
+  spdlog::info("danqing serve: {} poems, perceiver {}, backend {}; open http://localhost:{}/",
+               corpus->size(), metrics.perceiver, metrics.backend, server.port());
+
+  int sig = 0;
+  while (sigwait(&signals, &sig) != 0) {
+  }
+  spdlog::info("danqing serve: signal {}, draining (at most {} s)", sig, f.drain_timeout_s);
+  const bool clean = server.Drain(std::chrono::seconds(f.drain_timeout_s));
+  server.Stop();
+  spdlog::info("danqing serve: stopped{}", clean ? "" : " (drain timed out)");
+  return clean ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace danqing::cli
+
+void RegisterServeCommand(CLI::App& app) {
+  using danqing::cli::RunServe;
+  using danqing::cli::ServeFlags;
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* cmd =
+      app.add_subcommand("serve", "Serve the HTTP API and upload page (docs/service.md)");
+  cmd->add_option("--host", flags->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", flags->port, "Port to listen on (0: any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--workers", flags->workers, "Render workers (0: one per core)")
+      ->capture_default_str();
+  cmd->add_option("--queue", flags->queue, "Renders that may wait (0: 2 x workers)")
+      ->capture_default_str();
+  cmd->add_option("--deadline-ms", flags->deadline_ms, "Per-request deadline")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 600000));
+  cmd->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds to drain on SIGTERM")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
+  cmd->add_option("--read-timeout", flags->read_timeout_s,
+                  "Seconds a client may stall a read or write")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 600));
+  cmd->add_option("--http-threads", flags->http_threads, "Connections served at once")
+      ->capture_default_str()
+      ->check(CLI::Range(4, 4096));
+  cmd->add_option("--max-upload-mb", flags->max_upload_mb, "Largest upload")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 512.0));
+  cmd->add_option("--max-megapixels", flags->max_megapixels,
+                  "Largest photo (checked from its header)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1000.0));
+  cmd->add_option("--max-canvas", flags->max_canvas, "Largest inscription side in pixels")
+      ->capture_default_str()
+      ->check(CLI::Range(256, 8192));
+  cmd->add_option("--verse-file", flags->verse_file, "Verse corpus TSV (default: the bundled one)");
+  cmd->add_option("--cascade-dir", flags->cascade_dir, "OpenCV Haar cascades (opencv-data)")
+      ->capture_default_str();
+  cmd->add_option("--strokes", flags->strokes, "Stroke data file (default: the renderer's lookup)");
+  cmd->add_option("--font", flags->font, "Fallback Kai font (default: the renderer's)");
+  cmd->callback([flags] {
+    const int rc = RunServe(*flags);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}

@@ -1,0 +1,210 @@
+// The classical perceiver: colour statistics in HSV, Canny edges, k-means
+// palette and Haar cascades (faces, cat faces), all on a reduced copy.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+#include <opencv2/objdetect.hpp>
+
+#include "perceive/perceiver.h"
+
+namespace danqing::perceive {
+namespace {
+
+// OpenCV reports errors by exception; none may leave this module.
+template <typename F>
+Status Guard(const char* what, F&& f) {
+  try {
+    f();
+    return Status::Ok();
+  } catch (const cv::Exception& e) {
+    return Internal(std::string(what) + ": " + e.what());
+  }
+}
+
+class CvPerceiver final : public Perceiver {
+ public:
+  CvPerceiver(CvPerceiverOptions options, cv::CascadeClassifier face, cv::CascadeClassifier cat)
+      : options_(std::move(options)), face_(std::move(face)), cat_(std::move(cat)) {}
+
+  std::string Name() const override { return "opencv-classic"; }
+
+  Result<Perception> Perceive(const ImageView& view) override {
+    if (view.width <= 0 || view.height <= 0 || view.rgb == nullptr) {
+      return InvalidArgument("perceive: empty image");
+    }
+    if (view.stride < static_cast<size_t>(view.width) * 3) {
+      return InvalidArgument("perceive: stride smaller than width * 3");
+    }
+    Perception p;
+    Status st = Guard("perceive", [&] { Analyse(view, &p.features); });
+    if (!st.ok()) return st;
+    p.themes = ScoreThemes(p.features);
+    return p;
+  }
+
+ private:
+  void Analyse(const ImageView& view, SceneFeatures* f) {
+    // cv::Mat over the caller's pixels (read only; OpenCV's API takes non-const).
+    cv::Mat full(view.height, view.width, CV_8UC3, const_cast<uint8_t*>(view.rgb), view.stride);
+    const double scale = std::min(
+        1.0, static_cast<double>(options_.analysis_side) / std::max(view.width, view.height));
+    cv::Mat rgb;
+    if (scale < 1.0) {
+      cv::resize(full, rgb, cv::Size(), scale, scale, cv::INTER_AREA);
+    } else {
+      rgb = full.clone();
+    }
+    cv::Mat hsv, gray;
+    cv::cvtColor(rgb, hsv, cv::COLOR_RGB2HSV);  // H 0..180, S and V 0..255
+    cv::cvtColor(rgb, gray, cv::COLOR_RGB2GRAY);
+
+    const int w = rgb.cols, h = rgb.rows;
+    const double n = static_cast<double>(w) * h;
+    const int half = h / 2;
+    double sum_v = 0, sum_s = 0, sum_warm = 0;
+    long sky = 0, water = 0, veg = 0, fresh = 0, snow = 0, sunset = 0, autumn = 0, flower = 0,
+         earth = 0, highlights = 0;
+    for (int y = 0; y < h; ++y) {
+      const auto* hp = hsv.ptr<cv::Vec3b>(y);
+      const auto* cp = rgb.ptr<cv::Vec3b>(y);
+      const bool top = y < half;
+      for (int x = 0; x < w; ++x) {
+        const int H = hp[x][0];
+        const double S = hp[x][1] / 255.0, V = hp[x][2] / 255.0;
+        sum_v += V;
+        sum_s += S;
+        sum_warm += (cp[x][0] - cp[x][2]) / 255.0;
+        const bool blue = H >= 90 && H <= 130 && S > 0.15 && V > 0.35;
+        const bool overcast = S < 0.12 && V > 0.75;
+        if (top && (blue || overcast)) ++sky;
+        if (!top && H >= 80 && H <= 130 && S > 0.2 && V > 0.2) ++water;
+        if (H >= 35 && H <= 85 && S > 0.2 && V > 0.15) ++veg;
+        if (H >= 30 && H <= 50 && S > 0.3 && V > 0.45) ++fresh;
+        if (S < 0.1 && V > 0.85) ++snow;
+        const bool red_orange = (H <= 18 || H >= 165) && S > 0.4 && V > 0.4;
+        if (top && red_orange) ++sunset;
+        if (!top && H >= 5 && H <= 30 && S > 0.45 && V > 0.35) ++autumn;
+        if (((H >= 140 && H <= 175) || H <= 5 || (H >= 20 && H <= 32)) && S > 0.55 && V > 0.5)
+          ++flower;
+        if (H >= 5 && H <= 25 && S > 0.3 && S < 0.85 && V > 0.15 && V < 0.65) ++earth;
+        if (V > 0.9) ++highlights;
+      }
+    }
+    f->brightness = sum_v / n;
+    f->saturation = sum_s / n;
+    f->warmth = sum_warm / n;
+    const double top_n = static_cast<double>(w) * std::max(half, 1);
+    const double bottom_n = static_cast<double>(w) * std::max(h - half, 1);
+    f->sky = sky / top_n;
+    f->water = water / bottom_n;
+    f->vegetation = veg / n;
+    f->fresh_green = fresh / n;
+    f->snow = snow / n;
+    f->sunset = sunset / top_n;
+    f->autumn = autumn / bottom_n;
+    f->flower = flower / n;
+    f->earth = earth / n;
+    f->highlights = highlights / n;
+    f->night = std::clamp((0.3 - f->brightness) / 0.2, 0.0, 1.0);
+
+    cv::Scalar mean, stddev;
+    cv::meanStdDev(gray, mean, stddev);
+    f->contrast = stddev[0] / 128.0;
+
+    cv::Mat edges;
+    cv::Canny(gray, edges, 80, 180);
+    f->edge_density = cv::countNonZero(edges) / n;
+    const int third = std::max(1, h / 3);
+    f->top_edges = cv::countNonZero(edges.rowRange(0, third)) / (static_cast<double>(w) * third);
+
+    cv::Mat blurred;
+    cv::GaussianBlur(gray, blurred, cv::Size(5, 5), 1.5);
+    std::vector<cv::Vec3f> circles;
+    const int side = std::min(w, h);
+    cv::HoughCircles(blurred, circles, cv::HOUGH_GRADIENT, 1.5, side / 2.0, 150, 70, side / 6,
+                     side / 2);
+    f->vessels = static_cast<int>(circles.size());
+
+    Palette(rgb, f);
+    Detect(gray, f);
+  }
+
+  static void Palette(const cv::Mat& rgb, SceneFeatures* f) {
+    cv::Mat small;
+    cv::resize(rgb, small, cv::Size(48, 48), 0, 0, cv::INTER_AREA);
+    cv::Mat samples;
+    small.reshape(1, small.rows * small.cols).convertTo(samples, CV_32F);
+    constexpr int kColours = 5;
+    cv::Mat labels, centers;
+    cv::RNG& rng = cv::theRNG();
+    rng.state = 0x9e3779b97f4a7c15ULL;  // the palette of a photo is the same every time
+    cv::kmeans(samples, kColours, labels,
+               cv::TermCriteria(cv::TermCriteria::EPS + cv::TermCriteria::COUNT, 20, 1.0), 2,
+               cv::KMEANS_PP_CENTERS, centers);
+    std::vector<int> counts(kColours, 0);
+    for (int i = 0; i < labels.rows; ++i) ++counts[static_cast<size_t>(labels.at<int>(i))];
+    for (int k = 0; k < kColours; ++k) {
+      PaletteColor c;
+      c.r = cv::saturate_cast<uint8_t>(centers.at<float>(k, 0));
+      c.g = cv::saturate_cast<uint8_t>(centers.at<float>(k, 1));
+      c.b = cv::saturate_cast<uint8_t>(centers.at<float>(k, 2));
+      c.share = counts[static_cast<size_t>(k)] / static_cast<double>(labels.rows);
+      f->palette.push_back(c);
+    }
+    std::sort(f->palette.begin(), f->palette.end(),
+              [](const PaletteColor& a, const PaletteColor& b) { return a.share > b.share; });
+  }
+
+  void Detect(const cv::Mat& gray, SceneFeatures* f) {
+    cv::Mat eq;
+    cv::equalizeHist(gray, eq);
+    const int min_side = std::max(20, std::min(gray.cols, gray.rows) / 12);
+    std::vector<cv::Rect> faces, cats;
+    {
+      // CascadeClassifier::detectMultiScale is not documented as thread-safe.
+      std::lock_guard<std::mutex> lock(mu_);
+      face_.detectMultiScale(eq, faces, 1.1, 5, 0, cv::Size(min_side, min_side));
+      cat_.detectMultiScale(gray, cats, 1.05, 3, 0, cv::Size(min_side, min_side));
+    }
+    f->faces = static_cast<int>(faces.size());
+    double area = 0;
+    for (const auto& r : faces) area += r.area();
+    f->face_area = area / (static_cast<double>(gray.cols) * gray.rows);
+    f->cat_faces = static_cast<int>(cats.size());
+  }
+
+  const CvPerceiverOptions options_;
+  std::mutex mu_;
+  cv::CascadeClassifier face_;  // guarded by mu_
+  cv::CascadeClassifier cat_;   // guarded by mu_
+};
+
+Result<cv::CascadeClassifier> LoadCascade(const std::string& dir, const std::string& name) {
+  const std::string path = (std::filesystem::path(dir) / name).string();
+  if (!std::filesystem::exists(path)) {
+    return Unavailable("Haar cascade " + path + " not found (Debian package opencv-data)");
+  }
+  cv::CascadeClassifier c;
+  bool loaded = false;
+  Status st = Guard("load cascade", [&] { loaded = c.load(path); });
+  if (!st.ok()) return st;
+  if (!loaded) return Unavailable("Haar cascade " + path + " could not be read");
+  return c;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Perceiver>> CreateCvPerceiver(const CvPerceiverOptions& options) {
+  auto face = LoadCascade(options.cascade_dir, "haarcascade_frontalface_alt2.xml");
+  if (!face.ok()) return face.status();
+  auto cat = LoadCascade(options.cascade_dir, "haarcascade_frontalcatface.xml");
+  if (!cat.ok()) return cat.status();
+  if (options.analysis_side < 32) return InvalidArgument("perceive: analysis_side below 32");
+  return std::unique_ptr<Perceiver>(
+      std::make_unique<CvPerceiver>(options, std::move(face).value(), std::move(cat).value()));
+}
+
+}  // namespace danqing::perceive

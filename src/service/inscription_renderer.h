@@ -1,0 +1,52 @@
+// The render step as the service sees it: one small interface, so the HTTP
+// layer and its tests do not depend on how an inscription is drawn.
+// CreateInscriptionRenderer() (render_adapter.cc) is the one place that binds it
+// to danqing::render::Renderer.
+//
+// Thread-safety: Render() and CanRender() may be called from many threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "image/image.h"
+
+namespace danqing::service {
+
+struct InscriptionJob {
+  std::string text;  // the verse: lines separated by '\n'
+  std::string title;
+  std::string signature;  // the poet, or the visitor's name
+  std::string date;
+  int width = 1024;
+  int height = 768;
+  std::string style = "xing";            // kai, xing, cao
+  std::string background = "landscape";  // landscape, paper, photo
+  bool vertical = true;
+  uint64_t seed = 0;
+  const image::Image* photo = nullptr;  // the visitor's photo (always set by the service)
+};
+
+class InscriptionRenderer {
+ public:
+  virtual ~InscriptionRenderer() = default;
+  // INVALID_ARGUMENT for a bad size, style or background.
+  virtual Result<image::Image> Render(const InscriptionJob& job) const = 0;
+  // Whether a character can be written (strokes or a fallback font).
+  virtual bool CanRender(char32_t c) const = 0;
+  // "cpu" or "cuda".
+  virtual std::string Backend() const = 0;
+};
+
+struct RendererSettings {
+  std::string strokes_path;  // empty: the renderer's default lookup
+  std::string font_path;     // empty: the renderer's default
+  int threads_per_render = 1;
+};
+
+Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(
+    const RendererSettings& settings);
+
+}  // namespace danqing::service

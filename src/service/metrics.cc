@@ -1,0 +1,122 @@
+#include "service/metrics.h"
+
+#include <cstdio>
+
+namespace danqing::service {
+namespace {
+
+std::string Num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void Header(std::string* out, const std::string& name, const std::string& help, const char* type) {
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+Histogram::Histogram(std::string name, std::string help, std::string label,
+                     std::vector<double> bounds)
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      label_(std::move(label)),
+      bounds_(std::move(bounds)) {}
+
+void Histogram::Observe(const std::string& label_value, double value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Series& s = series_[label_value];
+  if (s.buckets.empty()) s.buckets.assign(bounds_.size(), 0);
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    if (value <= bounds_[i]) {
+      ++s.buckets[i];
+      break;
+    }
+  }
+  ++s.count;
+  s.sum += value;
+}
+
+void Histogram::Write(std::string* out) const {
+  Header(out, name_, help_, "histogram");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [lv, s] : series_) {
+    const std::string l = label_ + "=\"" + lv + "\"";
+    uint64_t cum = 0;
+    for (size_t i = 0; i < bounds_.size(); ++i) {
+      cum += s.buckets[i];
+      *out +=
+          name_ + "_bucket{" + l + ",le=\"" + Num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+    }
+    *out += name_ + "_bucket{" + l + ",le=\"+Inf\"} " + std::to_string(s.count) + "\n";
+    *out += name_ + "_sum{" + l + "} " + Num(s.sum) + "\n";
+    *out += name_ + "_count{" + l + "} " + std::to_string(s.count) + "\n";
+  }
+}
+
+LabeledCounter::LabeledCounter(std::string name, std::string help)
+    : name_(std::move(name)), help_(std::move(help)) {}
+
+void LabeledCounter::Add(const std::string& labels, uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  values_[labels] += n;
+}
+
+uint64_t LabeledCounter::Get(const std::string& labels) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = values_.find(labels);
+  return it == values_.end() ? 0 : it->second;
+}
+
+void LabeledCounter::Write(std::string* out) const {
+  Header(out, name_, help_, "counter");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [labels, v] : values_) {
+    *out += name_ + "{" + labels + "} " + std::to_string(v) + "\n";
+  }
+}
+
+Metrics::Metrics()
+    : request_seconds("danqing_http_request_duration_seconds",
+                      "Time from request read to response, by route.", "route",
+                      {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      inscription_seconds(
+          "danqing_inscription_request_duration_seconds",
+          "POST /v1/inscriptions time by outcome: ok, refused (429/503), "
+          "client_error (4xx), error (5xx other than 503).",
+          "outcome",
+          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60}),
+      requests("danqing_http_requests_total", "HTTP requests answered, by route and status code."),
+      stage_seconds("danqing_inscription_stage_seconds",
+                    "Time spent in each stage of an inscription.", "stage",
+                    {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
+      rejected("danqing_inscriptions_rejected_total",
+               "Inscription requests refused before rendering, by reason.") {}
+
+std::string Metrics::Render() const {
+  std::string out;
+  request_seconds.Write(&out);
+  inscription_seconds.Write(&out);
+  requests.Write(&out);
+  stage_seconds.Write(&out);
+  rejected.Write(&out);
+  const auto gauge = [&](const char* name, const char* help, int64_t v) {
+    Header(&out, name, help, "gauge");
+    out += std::string(name) + " " + std::to_string(v) + "\n";
+  };
+  gauge("danqing_render_queue_depth", "Inscriptions waiting for a render worker.",
+        queue_depth.load());
+  gauge("danqing_render_queue_capacity", "Inscriptions that may wait before new ones are refused.",
+        queue_capacity.load());
+  gauge("danqing_renders_in_flight", "Inscriptions being rendered now.", in_flight.load());
+  gauge("danqing_render_workers", "Render worker threads.", workers.load());
+  gauge("danqing_draining", "1 while the service drains for shutdown.", draining.load());
+  Header(&out, "danqing_render_backend_info", "The render backend in use.", "gauge");
+  out += "danqing_render_backend_info{backend=\"" + backend + "\"} 1\n";
+  Header(&out, "danqing_perceiver_info", "The perceiver in use.", "gauge");
+  out += "danqing_perceiver_info{perceiver=\"" + perceiver + "\"} 1\n";
+  return out;
+}
+
+}  // namespace danqing::service

@@ -1,0 +1,218 @@
+#include "service/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+namespace danqing::service {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+// Characters that separate lines and are not written.
+bool IsBreak(char32_t c) {
+  static const std::u32string kBreaks = U" \t\r\n,.;:!?、，。；：！？·「」『』“”‘’（）()";
+  return kBreaks.find(c) != std::u32string::npos;
+}
+
+}  // namespace
+
+uint64_t PhotoHash(std::span<const uint8_t> bytes) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (uint8_t b : bytes) {
+    h ^= b;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+Result<std::u32string> DecodeUtf8(std::string_view s) {
+  std::u32string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto b0 = static_cast<uint8_t>(s[i]);
+    int len = 0;
+    char32_t c = 0;
+    if (b0 < 0x80) {
+      len = 1, c = b0;
+    } else if ((b0 & 0xE0) == 0xC0) {
+      len = 2, c = b0 & 0x1F;
+    } else if ((b0 & 0xF0) == 0xE0) {
+      len = 3, c = b0 & 0x0F;
+    } else if ((b0 & 0xF8) == 0xF0) {
+      len = 4, c = b0 & 0x07;
+    } else {
+      return InvalidArgument("text is not valid UTF-8");
+    }
+    if (i + static_cast<size_t>(len) > s.size()) return InvalidArgument("text is not valid UTF-8");
+    for (int k = 1; k < len; ++k) {
+      const auto b = static_cast<uint8_t>(s[i + static_cast<size_t>(k)]);
+      if ((b & 0xC0) != 0x80) return InvalidArgument("text is not valid UTF-8");
+      c = (c << 6) | (b & 0x3F);
+    }
+    static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < kMin[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) {
+      return InvalidArgument("text is not valid UTF-8");
+    }
+    out.push_back(c);
+    i += static_cast<size_t>(len);
+  }
+  return out;
+}
+
+Pipeline::Pipeline(perceive::Perceiver* perceiver, verse::VerseSelector* selector,
+                   const InscriptionRenderer* renderer, PipelineLimits limits)
+    : perceiver_(perceiver), selector_(selector), renderer_(renderer), limits_(limits) {}
+
+Result<image::Header> Pipeline::Check(std::span<const uint8_t> bytes) const {
+  if (bytes.empty()) return InvalidArgument("the upload is empty");
+  if (bytes.size() > limits_.image.max_bytes) {
+    return ResourceExhausted("the upload is " + std::to_string(bytes.size()) +
+                             " bytes; the limit is " + std::to_string(limits_.image.max_bytes));
+  }
+  if (image::Sniff(bytes) == image::Format::kUnknown) {
+    return InvalidArgument("the upload is not a PNG or JPEG image");
+  }
+  auto header = image::ReadHeader(bytes);
+  if (!header.ok()) return header.status();
+  const uint64_t pixels =
+      static_cast<uint64_t>(header->width) * static_cast<uint64_t>(header->height);
+  if (header->width > limits_.image.max_side || header->height > limits_.image.max_side ||
+      pixels > limits_.image.max_pixels) {
+    return ResourceExhausted("the image is " + std::to_string(header->width) + "x" +
+                             std::to_string(header->height) + "; the limit is " +
+                             std::to_string(limits_.image.max_pixels) + " pixels and " +
+                             std::to_string(limits_.image.max_side) + " per side");
+  }
+  return header;
+}
+
+Status Pipeline::Validate(const InscribeOptions& o) const {
+  const int max = limits_.max_canvas_side;
+  if (o.width < 256 || o.width > max || o.height < 256 || o.height > max) {
+    return InvalidArgument("width and height must be between 256 and " + std::to_string(max));
+  }
+  static const std::set<std::string> kStyles = {"kai", "xing", "cao"};
+  static const std::set<std::string> kBackgrounds = {"landscape", "paper", "photo"};
+  static const std::set<std::string> kFormats = {"png", "jpeg"};
+  if (!kStyles.count(o.style)) return InvalidArgument("style must be kai, xing or cao");
+  if (!kBackgrounds.count(o.background)) {
+    return InvalidArgument("background must be landscape, paper or photo");
+  }
+  if (!kFormats.count(o.format)) return InvalidArgument("format must be png or jpeg");
+  for (const auto* field : {&o.text, &o.title, &o.signature}) {
+    auto cps = DecodeUtf8(*field);
+    if (!cps.ok()) return cps.status();
+    size_t written = 0;
+    std::u32string missing;
+    for (char32_t c : *cps) {
+      if (IsBreak(c)) continue;
+      ++written;
+      if (!renderer_->CanRender(c) && missing.find(c) == std::u32string::npos) missing.push_back(c);
+    }
+    if (written > limits_.max_text_chars) {
+      return InvalidArgument("text is longer than " + std::to_string(limits_.max_text_chars) +
+                             " characters");
+    }
+    if (!missing.empty()) {
+      std::string list;
+      for (char32_t c : missing) {
+        // Back to UTF-8 for the message.
+        if (c < 0x80) {
+          list += static_cast<char>(c);
+        } else if (c < 0x800) {
+          list += static_cast<char>(0xC0 | (c >> 6));
+          list += static_cast<char>(0x80 | (c & 0x3F));
+        } else if (c < 0x10000) {
+          list += static_cast<char>(0xE0 | (c >> 12));
+          list += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+          list += static_cast<char>(0x80 | (c & 0x3F));
+        } else {
+          list += static_cast<char>(0xF0 | (c >> 18));
+          list += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+          list += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+          list += static_cast<char>(0x80 | (c & 0x3F));
+        }
+      }
+      return InvalidArgument("these characters cannot be written: " + list);
+    }
+  }
+  return Status::Ok();
+}
+
+Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
+                                        const InscribeOptions& o) const {
+  const auto start = Clock::now();
+  InscriptionResult r;
+
+  auto t = Clock::now();
+  auto photo = image::Decode(bytes, limits_.image);
+  if (!photo.ok()) return photo.status();
+  r.photo_width = photo->width;
+  r.photo_height = photo->height;
+  r.timings.decode_ms = Ms(t);
+
+  t = Clock::now();
+  perceive::ImageView view{photo->width, photo->height, photo->rgb.data(),
+                           static_cast<size_t>(photo->width) * 3};
+  auto perception = perceiver_->Perceive(view);
+  if (!perception.ok()) return perception.status();
+  r.perception = std::move(perception).value();
+  r.timings.perceive_ms = Ms(t);
+
+  t = Clock::now();
+  const uint64_t seed = PhotoHash(bytes);
+  InscriptionJob job;
+  if (!o.text.empty()) {
+    r.verse_source = "visitor";
+    job.text = o.text;
+    job.title = o.title;
+    job.signature = o.signature;
+    r.title = o.title;
+    r.author = o.signature;
+    r.lines.push_back(o.text);
+  } else {
+    std::vector<verse::ThemeWeight> themes;
+    for (const auto& s : r.perception.themes) {
+      if (s.score > 0.05 && themes.size() < 5) themes.push_back({s.theme, s.score});
+    }
+    const verse::Poem& poem = selector_->Choose(themes, seed);
+    r.verse_source = "corpus";
+    r.poem_id = poem.id;
+    r.title = poem.title;
+    r.author = poem.author;
+    r.lines = poem.lines;
+    job.text = poem.Text();
+    job.title = poem.title;
+    job.signature = poem.author;
+  }
+  r.timings.verse_ms = Ms(t);
+
+  t = Clock::now();
+  job.width = o.width;
+  job.height = o.height;
+  job.style = o.style;
+  job.background = o.background;
+  job.vertical = o.vertical;
+  job.seed = seed;
+  job.photo = &photo.value();
+  auto canvas = renderer_->Render(job);
+  if (!canvas.ok()) return canvas.status();
+  r.timings.render_ms = Ms(t);
+  r.width = canvas->width;
+  r.height = canvas->height;
+
+  t = Clock::now();
+  auto encoded = o.format == "jpeg" ? image::EncodeJpeg(*canvas, 90) : image::EncodePng(*canvas, 3);
+  if (!encoded.ok()) return encoded.status();
+  r.image = std::move(encoded).value();
+  r.content_type = o.format == "jpeg" ? "image/jpeg" : "image/png";
+  r.timings.encode_ms = Ms(t);
+  r.timings.total_ms = Ms(start);
+  return r;
+}
+
+}  // namespace danqing::service

@@ -1,0 +1,91 @@
+// One inscription, start to end: check the upload, decode, perceive, choose a
+// verse (or take the visitor's text), render, encode. The HTTP server runs
+// Check() and Validate() on its own thread (cheap, before queueing) and Run()
+// on a render worker.
+//
+// Thread-safety: every method may be called from many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "image/image.h"
+#include "perceive/perceiver.h"
+#include "service/inscription_renderer.h"
+#include "verse/selector.h"
+
+namespace danqing::service {
+
+struct InscribeOptions {
+  int width = 1024;
+  int height = 768;
+  std::string style = "xing";            // kai, xing, cao
+  std::string background = "landscape";  // landscape, paper, photo
+  std::string format = "png";            // png, jpeg
+  bool vertical = true;
+  std::string text;       // the visitor's own verse; empty: choose one
+  std::string title;      // with text: optional title
+  std::string signature;  // with text: optional signature
+};
+
+struct Timings {
+  double queue_ms = 0, decode_ms = 0, perceive_ms = 0, verse_ms = 0, render_ms = 0, encode_ms = 0,
+         total_ms = 0;
+};
+
+struct InscriptionResult {
+  std::string image;         // encoded PNG or JPEG
+  std::string content_type;  // image/png, image/jpeg
+  int width = 0, height = 0;
+  int photo_width = 0, photo_height = 0;  // upright
+  std::string verse_source;               // "corpus" or "visitor"
+  int poem_id = 0;                        // with "corpus"
+  std::string title, author;
+  std::vector<std::string> lines;
+  perceive::Perception perception;
+  Timings timings;
+};
+
+struct PipelineLimits {
+  image::Limits image;  // upload bytes, pixels, side
+  int max_canvas_side = 2048;
+  size_t max_text_chars = 64;
+};
+
+class Pipeline {
+ public:
+  // All pointers must outlive the pipeline.
+  Pipeline(perceive::Perceiver* perceiver, verse::VerseSelector* selector,
+           const InscriptionRenderer* renderer, PipelineLimits limits);
+
+  // The upload's format and size from its header, by content (magic bytes),
+  // never by the client's content type. INVALID_ARGUMENT: empty, not an image,
+  // malformed header; RESOURCE_EXHAUSTED: over a byte, pixel or side limit.
+  Result<image::Header> Check(std::span<const uint8_t> bytes) const;
+  // INVALID_ARGUMENT naming the option that is wrong (size, style, background,
+  // format, or characters the renderer cannot write).
+  Status Validate(const InscribeOptions& options) const;
+  // Everything after the checks. Errors as Check() for images whose header
+  // passed but whose data is corrupt or truncated.
+  Result<InscriptionResult> Run(std::span<const uint8_t> bytes,
+                                const InscribeOptions& options) const;
+
+  const PipelineLimits& limits() const { return limits_; }
+
+ private:
+  perceive::Perceiver* const perceiver_;
+  verse::VerseSelector* const selector_;
+  const InscriptionRenderer* const renderer_;
+  const PipelineLimits limits_;
+};
+
+// FNV-1a over the bytes: the photo's seed for verse choice and brushwork.
+uint64_t PhotoHash(std::span<const uint8_t> bytes);
+
+// UTF-8 to code points; INVALID_ARGUMENT for malformed UTF-8.
+Result<std::u32string> DecodeUtf8(std::string_view s);
+
+}  // namespace danqing::service

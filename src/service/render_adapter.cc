@@ -1,0 +1,53 @@
+// Binds the service's InscriptionRenderer to danqing::render::Renderer (CPU).
+#include <algorithm>
+
+#include "render/renderer.h"
+#include "service/inscription_renderer.h"
+
+namespace danqing::service {
+namespace {
+
+class CalligraphyRenderer final : public InscriptionRenderer {
+ public:
+  CalligraphyRenderer(std::unique_ptr<render::Renderer> renderer, int threads)
+      : renderer_(std::move(renderer)), threads_(threads) {}
+
+  Result<image::Image> Render(const InscriptionJob& job) const override {
+    const auto style = render::ParseStyle(job.style);
+    if (!style) return InvalidArgument("unknown style '" + job.style + "'");
+    const auto background = render::ParseBackground(job.background);
+    if (!background) return InvalidArgument("unknown background '" + job.background + "'");
+    render::Inscription text{job.text, job.title, job.signature, job.date};
+    render::RenderOptions o;
+    o.width = job.width;
+    o.height = job.height;
+    o.style = *style;
+    o.background = *background;
+    o.seed = job.seed;
+    o.vertical = job.vertical;
+    o.photo = job.photo;
+    o.threads = threads_;
+    return renderer_->Render(text, o);
+  }
+  bool CanRender(char32_t c) const override { return renderer_->CanRender(c); }
+  std::string Backend() const override { return "cpu"; }
+
+ private:
+  std::unique_ptr<render::Renderer> renderer_;
+  const int threads_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(
+    const RendererSettings& settings) {
+  render::RendererConfig config;
+  config.strokes_path = settings.strokes_path;
+  config.font_path = settings.font_path;
+  auto r = render::Renderer::Create(config);
+  if (!r.ok()) return r.status();
+  return std::unique_ptr<InscriptionRenderer>(std::make_unique<CalligraphyRenderer>(
+      std::move(r).value(), std::max(1, settings.threads_per_render)));
+}
+
+}  // namespace danqing::service

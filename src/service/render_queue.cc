@@ -1,0 +1,106 @@
+#include "service/render_queue.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace danqing::service {
+
+RenderQueue::RenderQueue(size_t workers, size_t capacity, Metrics* metrics)
+    : capacity_(capacity), metrics_(metrics) {
+  workers = std::max<size_t>(workers, 1);
+  if (metrics_) {
+    metrics_->workers = static_cast<int64_t>(workers);
+    metrics_->queue_capacity = static_cast<int64_t>(capacity);
+  }
+  for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(); });
+}
+
+RenderQueue::~RenderQueue() {
+  std::deque<Job> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = stopping_ = true;
+    left.swap(jobs_);
+    if (metrics_) metrics_->queue_depth = 0;
+  }
+  cv_.notify_all();
+  for (auto& j : left) j.expired();
+  for (auto& t : threads_) t.join();
+}
+
+RenderQueue::Admit RenderQueue::Submit(std::function<void()> run, std::function<void()> expired,
+                                       Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return Admit::kClosed;
+    // Free workers take jobs at once, so only waiting jobs count against capacity.
+    const size_t idle = threads_.size() - std::min(threads_.size(), running_);
+    if (jobs_.size() >= capacity_ + idle) return Admit::kFull;
+    jobs_.push_back({std::move(run), std::move(expired), deadline});
+    if (metrics_) metrics_->queue_depth = static_cast<int64_t>(jobs_.size());
+  }
+  cv_.notify_one();
+  return Admit::kAccepted;
+}
+
+void RenderQueue::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+}
+
+bool RenderQueue::WaitIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, timeout, [&] { return jobs_.empty() && running_ == 0; });
+}
+
+size_t RenderQueue::depth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_.size();
+}
+
+size_t RenderQueue::in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
+}
+
+int RenderQueue::RetryAfterSeconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double waves =
+      static_cast<double>(jobs_.size() + running_) / static_cast<double>(threads_.size());
+  return std::max(1, static_cast<int>(std::ceil(waves * avg_job_seconds_)));
+}
+
+void RenderQueue::Work() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+      ++running_;
+      if (metrics_) {
+        metrics_->queue_depth = static_cast<int64_t>(jobs_.size());
+        metrics_->in_flight = static_cast<int64_t>(running_);
+      }
+    }
+    const auto start = Clock::now();
+    const bool expired = start >= job.deadline;
+    if (expired) {
+      job.expired();
+    } else {
+      job.run();
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+      if (!expired) avg_job_seconds_ = 0.8 * avg_job_seconds_ + 0.2 * secs;
+      if (metrics_) metrics_->in_flight = static_cast<int64_t>(running_);
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+}  // namespace danqing::service

@@ -1,0 +1,69 @@
+// A bounded queue in front of a fixed set of render workers. Submit() never
+// blocks: when `capacity` jobs already wait, it answers kFull at once so the
+// HTTP layer can refuse with 429 instead of piling up work. A job whose deadline
+// passes while it waits is not run; its `expired` callback runs instead.
+//
+// Thread-safety: every method may be called from any thread. The destructor
+// closes the queue, runs `expired` for jobs still waiting and joins the workers.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "service/metrics.h"
+
+namespace danqing::service {
+
+class RenderQueue {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class Admit { kAccepted, kFull, kClosed };
+
+  // workers >= 1. metrics may be null.
+  RenderQueue(size_t workers, size_t capacity, Metrics* metrics);
+  ~RenderQueue();
+  RenderQueue(const RenderQueue&) = delete;
+  RenderQueue& operator=(const RenderQueue&) = delete;
+
+  Admit Submit(std::function<void()> run, std::function<void()> expired,
+               Clock::time_point deadline);
+
+  // Refuse new jobs (kClosed); jobs already accepted still run.
+  void Close();
+  // True once nothing waits and nothing runs; false if `timeout` passed first.
+  bool WaitIdle(std::chrono::milliseconds timeout);
+
+  size_t depth() const;
+  size_t in_flight() const;
+  size_t workers() const { return threads_.size(); }
+  size_t capacity() const { return capacity_; }
+  // Seconds a new job would wait, from the recent job durations (at least 1).
+  int RetryAfterSeconds() const;
+
+ private:
+  struct Job {
+    std::function<void()> run, expired;
+    Clock::time_point deadline;
+  };
+  void Work();
+
+  const size_t capacity_;
+  Metrics* const metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // work arrived or stopping
+  std::condition_variable idle_cv_;  // a job finished
+  std::deque<Job> jobs_;             // guarded by mu_
+  size_t running_ = 0;               // guarded by mu_
+  bool closed_ = false;              // guarded by mu_
+  bool stopping_ = false;            // guarded by mu_
+  double avg_job_seconds_ = 1.0;     // EWMA, guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace danqing::service

@@ -1,0 +1,415 @@
+#include "service/server.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "service/assets.h"
+
+namespace danqing::service {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+thread_local Clock::time_point t_request_start;
+
+std::string RouteOf(const std::string& path) {
+  if (path == "/v1/inscriptions") return "/v1/inscriptions";
+  if (path.rfind("/v1/inscriptions/", 0) == 0) {
+    return path.size() > 6 && path.compare(path.size() - 6, 6, "/image") == 0
+               ? "/v1/inscriptions/{id}/image"
+               : "/v1/inscriptions/{id}";
+  }
+  if (path == "/" || path == "/healthz" || path == "/readyz" || path == "/metrics") return path;
+  return "other";
+}
+
+void Error(httplib::Response& res, int code, const std::string& message) {
+  res.status = code;
+  res.set_content(json{{"error", message}, {"status", code}}.dump(), "application/json");
+}
+
+int HttpCode(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kResourceExhausted: return 413;
+    case StatusCode::kDeadlineExceeded: return 503;
+    case StatusCode::kUnavailable: return 503;
+    default: return 500;
+  }
+}
+
+// The option named `key` from the multipart fields, else the query.
+std::string Option(const httplib::Request& req, const char* key, const std::string& fallback) {
+  if (req.is_multipart_form_data() && req.has_file(key)) {
+    const auto f = req.get_file_value(key);
+    if (f.filename.empty()) return f.content;
+  }
+  if (req.has_param(key)) return req.get_param_value(key);
+  return fallback;
+}
+
+Result<int> IntOption(const httplib::Request& req, const char* key, int fallback) {
+  const std::string v = Option(req, key, "");
+  if (v.empty()) return fallback;
+  int out = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9' || out > 100000)
+      return InvalidArgument(std::string(key) + " must be a number");
+    out = out * 10 + (c - '0');
+  }
+  return out;
+}
+
+bool WantsJson(const httplib::Request& req) {
+  if (req.get_param_value("response") == "json") return true;
+  const std::string accept = req.get_header_value("Accept");
+  return accept.find("application/json") != std::string::npos;
+}
+
+}  // namespace
+
+std::string InscriptionJson(const std::string& id, const InscriptionResult& r,
+                            const std::string& backend) {
+  const auto& f = r.perception.features;
+  json themes = json::array();
+  for (const auto& t : r.perception.themes) {
+    if (themes.size() >= 6) break;
+    themes.push_back({{"theme", t.theme}, {"score", std::round(t.score * 1000) / 1000}});
+  }
+  json palette = json::array();
+  for (const auto& c : f.palette) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "#%02x%02x%02x", c.r, c.g, c.b);
+    palette.push_back({{"color", hex}, {"share", std::round(c.share * 1000) / 1000}});
+  }
+  const auto r3 = [](double v) { return std::round(v * 1000) / 1000; };
+  const auto& t = r.timings;
+  json j = {
+      {"id", id},
+      {"image_url", "/v1/inscriptions/" + id + "/image"},
+      {"content_type", r.content_type},
+      {"width", r.width},
+      {"height", r.height},
+      {"photo", {{"width", r.photo_width}, {"height", r.photo_height}}},
+      {"verse",
+       {{"source", r.verse_source},
+        {"id", r.poem_id},
+        {"title", r.title},
+        {"author", r.author},
+        {"lines", r.lines}}},
+      {"themes", themes},
+      {"features",
+       {{"brightness", r3(f.brightness)},
+        {"contrast", r3(f.contrast)},
+        {"saturation", r3(f.saturation)},
+        {"warmth", r3(f.warmth)},
+        {"sky", r3(f.sky)},
+        {"water", r3(f.water)},
+        {"vegetation", r3(f.vegetation)},
+        {"snow", r3(f.snow)},
+        {"sunset", r3(f.sunset)},
+        {"autumn", r3(f.autumn)},
+        {"flower", r3(f.flower)},
+        {"night", r3(f.night)},
+        {"edge_density", r3(f.edge_density)},
+        {"top_edges", r3(f.top_edges)},
+        {"earth", r3(f.earth)},
+        {"vessels", f.vessels},
+        {"faces", f.faces},
+        {"cat_faces", f.cat_faces},
+        {"palette", palette}}},
+      {"timings_ms",
+       {{"queue", r3(t.queue_ms)},
+        {"decode", r3(t.decode_ms)},
+        {"perceive", r3(t.perceive_ms)},
+        {"verse", r3(t.verse_ms)},
+        {"render", r3(t.render_ms)},
+        {"encode", r3(t.encode_ms)},
+        {"total", r3(t.total_ms)}}},
+      {"backend", backend},
+  };
+  return j.dump();
+}
+
+Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics)
+    : options_(std::move(options)), pipeline_(pipeline), metrics_(metrics) {
+  const size_t workers = options_.workers
+                             ? options_.workers
+                             : std::max<size_t>(1, std::thread::hardware_concurrency());
+  const size_t capacity = options_.queue_capacity ? options_.queue_capacity : 2 * workers;
+  queue_ = std::make_unique<RenderQueue>(workers, capacity, metrics_);
+  id_salt_ = std::random_device{}();
+  id_salt_ = (id_salt_ << 32) ^ std::random_device{}();
+  http_ = std::make_unique<httplib::Server>();
+  Routes();
+}
+
+Server::~Server() {
+  Stop();
+}
+
+std::string Server::NewId() {
+  uint64_t x = id_salt_ + 0x9e3779b97f4a7c15ULL * (++next_id_);
+  x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ULL;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x ^ (x >> 29)));
+  return buf;
+}
+
+void Server::Store(const std::string& id, std::shared_ptr<const Stored> stored) {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  cache_[id] = std::move(stored);
+  cache_order_.push_front(id);
+  while (cache_order_.size() > options_.result_cache_entries) {
+    cache_.erase(cache_order_.back());
+    cache_order_.pop_back();
+  }
+}
+
+std::shared_ptr<const Server::Stored> Server::Find(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  auto it = cache_.find(id);
+  return it == cache_.end() ? nullptr : it->second;
+}
+
+void Server::Routes() {
+  auto& s = *http_;
+  const int threads = std::max(4, options_.http_threads);
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  s.set_read_timeout(options_.read_timeout);
+  s.set_write_timeout(options_.write_timeout);
+  s.set_keep_alive_timeout(options_.keep_alive_timeout.count());
+  // The multipart envelope adds a little to the image's own limit.
+  s.set_payload_max_length(pipeline_->limits().image.max_bytes + 64 * 1024);
+
+  s.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    t_request_start = Clock::now();
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    const std::string route = RouteOf(req.path);
+    const double secs = std::chrono::duration<double>(Clock::now() - t_request_start).count();
+    metrics_->request_seconds.Observe(route, secs);
+    if (route == "/v1/inscriptions" && req.method == "POST") {
+      const int c = res.status;
+      const char* outcome = c == 200               ? "ok"
+                            : c == 429 || c == 503 ? "refused"
+                            : c < 500              ? "client_error"
+                                                   : "error";
+      metrics_->inscription_seconds.Observe(outcome, secs);
+    }
+    metrics_->requests.Add("route=\"" + route + "\",code=\"" + std::to_string(res.status) + "\"");
+    if (res.status >= 500 || req.path == "/v1/inscriptions") {
+      spdlog::info("{} {} -> {} in {:.1f} ms", req.method, req.path, res.status, secs * 1000);
+    }
+  });
+  s.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("{} {}: {}", req.method, req.path, what);
+        Error(res, 500, "internal error");
+      });
+
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(std::string(IndexHtml()), "text/html; charset=utf-8");
+  });
+  s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  s.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining_) {
+      res.status = 503;
+      res.set_content("draining\n", "text/plain");
+    } else {
+      res.set_content("ready\n", "text/plain");
+    }
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_->Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get(R"(/v1/inscriptions/([0-9a-f]{16}))",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          auto stored = Find(req.matches[1]);
+          if (!stored) return Error(res, 404, "no recent inscription with this id");
+          res.set_content(stored->json, "application/json");
+        });
+  s.Get(R"(/v1/inscriptions/([0-9a-f]{16})/image)", [this](const httplib::Request& req,
+                                                           httplib::Response& res) {
+    auto stored = Find(req.matches[1]);
+    if (!stored) return Error(res, 404, "no recent inscription with this id");
+    if (req.has_param("download")) {
+      const char* ext = stored->content_type == "image/jpeg" ? "jpg" : "png";
+      res.set_header("Content-Disposition", "attachment; filename=\"danqing-" +
+                                                std::string(req.matches[1]) + "." + ext + "\"");
+    }
+    res.set_content(stored->image, stored->content_type.c_str());
+  });
+  s.Post("/v1/inscriptions", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto start = Clock::now();
+    const auto deadline = start + options_.deadline;
+    if (draining_) {
+      metrics_->rejected.Add("reason=\"draining\"");
+      res.set_header("Retry-After", "5");
+      res.set_header("Connection", "close");
+      return Error(res, 503, "the service is shutting down; retry on another replica");
+    }
+    // The image: a multipart file field `image`, or the whole body. The job
+    // keeps its own copy: it may outlive this handler when the deadline passes.
+    if (req.is_multipart_form_data() && !req.has_file("image")) {
+      return Error(res, 400, "multipart upload needs the photo in a field named 'image'");
+    }
+    const auto raw = std::make_shared<const std::string>(
+        req.is_multipart_form_data() ? req.get_file_value("image").content : req.body);
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(raw->data()),
+                                         raw->size());
+
+    InscribeOptions o;
+    auto w = IntOption(req, "width", o.width);
+    auto h = IntOption(req, "height", o.height);
+    if (!w.ok()) return Error(res, 400, w.status().message());
+    if (!h.ok()) return Error(res, 400, h.status().message());
+    o.width = *w;
+    o.height = *h;
+    o.style = Option(req, "style", o.style);
+    o.background = Option(req, "background", o.background);
+    o.format = Option(req, "format", o.format);
+    o.vertical = Option(req, "vertical", "true") != "false";
+    o.text = Option(req, "text", "");
+    o.title = Option(req, "title", "");
+    o.signature = Option(req, "signature", "");
+    if (Status st = pipeline_->Validate(o); !st.ok()) {
+      metrics_->rejected.Add("reason=\"bad_options\"");
+      return Error(res, 400, st.message());
+    }
+    auto header = pipeline_->Check(bytes);
+    if (!header.ok()) {
+      const bool not_image = header.status().code() == StatusCode::kInvalidArgument &&
+                             image::Sniff(bytes) == image::Format::kUnknown && !bytes.empty();
+      metrics_->rejected.Add("reason=\"bad_image\"");
+      return Error(res, not_image ? 415 : HttpCode(header.status()), header.status().message());
+    }
+
+    // Hand the work to a render worker and wait for it, at most until the deadline.
+    struct Pending {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      Result<InscriptionResult> result = Status(StatusCode::kInternal, "not run");
+    };
+    auto pending = std::make_shared<Pending>();
+    const auto finish = [pending](Result<InscriptionResult> r) {
+      {
+        std::lock_guard<std::mutex> lock(pending->mu);
+        pending->result = std::move(r);
+        pending->done = true;
+      }
+      pending->cv.notify_all();
+    };
+    const auto admit = queue_->Submit(
+        [this, raw, o, finish, start] {
+          const auto began = Clock::now();
+          auto r = pipeline_->Run(
+              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()),
+              o);
+          if (r.ok()) {
+            r->timings.queue_ms = std::chrono::duration<double, std::milli>(began - start).count();
+            const auto& t = r->timings;
+            metrics_->stage_seconds.Observe("queue", t.queue_ms / 1000);
+            metrics_->stage_seconds.Observe("decode", t.decode_ms / 1000);
+            metrics_->stage_seconds.Observe("perceive", t.perceive_ms / 1000);
+            metrics_->stage_seconds.Observe("verse", t.verse_ms / 1000);
+            metrics_->stage_seconds.Observe("render", t.render_ms / 1000);
+            metrics_->stage_seconds.Observe("encode", t.encode_ms / 1000);
+          }
+          finish(std::move(r));
+        },
+        [finish] {
+          finish(Status(StatusCode::kDeadlineExceeded, "the deadline passed while waiting"));
+        },
+        deadline);
+    if (admit != RenderQueue::Admit::kAccepted) {
+      const bool full = admit == RenderQueue::Admit::kFull;
+      metrics_->rejected.Add(full ? "reason=\"queue_full\"" : "reason=\"draining\"");
+      res.set_header("Retry-After", std::to_string(full ? queue_->RetryAfterSeconds() : 5));
+      return Error(res, full ? 429 : 503,
+                   full ? "too many inscriptions in progress; retry later"
+                        : "the service is shutting down; retry on another replica");
+    }
+    std::unique_lock<std::mutex> lock(pending->mu);
+    if (!pending->cv.wait_until(lock, deadline, [&] { return pending->done; })) {
+      metrics_->rejected.Add("reason=\"deadline\"");
+      res.set_header("Retry-After", std::to_string(queue_->RetryAfterSeconds()));
+      return Error(res, 503, "the inscription did not finish within its deadline");
+    }
+    if (!pending->result.ok()) {
+      const Status& st = pending->result.status();
+      if (st.code() == StatusCode::kDeadlineExceeded) {
+        metrics_->rejected.Add("reason=\"deadline\"");
+        res.set_header("Retry-After", std::to_string(queue_->RetryAfterSeconds()));
+      }
+      return Error(res, HttpCode(st), st.message());
+    }
+    InscriptionResult& r = pending->result.value();
+    const std::string id = NewId();
+    auto stored = std::make_shared<Stored>();
+    stored->json = InscriptionJson(id, r, metrics_->backend);
+    stored->image = std::move(r.image);
+    stored->content_type = r.content_type;
+    Store(id, stored);
+    res.set_header("X-Danqing-Inscription-Id", id);
+    res.set_header("Location", "/v1/inscriptions/" + id);
+    if (draining_) res.set_header("Connection", "close");
+    if (WantsJson(req)) {
+      res.set_content(stored->json, "application/json");
+    } else {
+      res.set_content(stored->image, stored->content_type.c_str());
+    }
+  });
+}
+
+Status Server::Start() {
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host);
+    if (port_ <= 0) return Unavailable("cannot bind " + options_.host + " on any port");
+  } else {
+    if (!http_->bind_to_port(options_.host.c_str(), options_.port)) {
+      return Unavailable("cannot bind " + options_.host + ":" + std::to_string(options_.port) +
+                         " (in use, or not permitted)");
+    }
+    port_ = options_.port;
+  }
+  listener_ = std::thread([this] { http_->listen_after_bind(); });
+  spdlog::info("serving on http://{}:{} ({} render workers, queue {}, deadline {} ms)",
+               options_.host, port_, queue_->workers(), queue_->capacity(),
+               options_.deadline.count());
+  return Status::Ok();
+}
+
+bool Server::Drain(std::chrono::milliseconds timeout) {
+  draining_ = true;
+  metrics_->draining = 1;
+  queue_->Close();
+  spdlog::info("draining: {} waiting, {} rendering", queue_->depth(), queue_->in_flight());
+  const bool idle = queue_->WaitIdle(timeout);
+  if (!idle) spdlog::warn("drain timeout: {} renders left", queue_->depth() + queue_->in_flight());
+  return idle;
+}
+
+void Server::Stop() {
+  if (http_) http_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+}  // namespace danqing::service

@@ -1,0 +1,107 @@
+// The Danqing HTTP service (cpp-httplib): a visitor's photo in, an
+// inscription out, under exhibition load.
+//
+//   POST /v1/inscriptions          multipart (file in field `image`) or a raw
+//                                  image body; options as query parameters or
+//                                  multipart fields: width, height, style,
+//                                  background, format, vertical, text, title,
+//                                  signature. Answers the image, or JSON with
+//                                  `Accept: application/json` (or ?response=json).
+//   GET  /v1/inscriptions/{id}       the JSON of a recent inscription
+//   GET  /v1/inscriptions/{id}/image the image of a recent inscription
+//   GET  /                         the upload page
+//   GET  /healthz /readyz /metrics
+//
+// Load: renders run on a RenderQueue sized to the cores; when it is full the
+// answer is 429 with Retry-After at once; a request that cannot finish within
+// its deadline gets 503. BeginDrain() (SIGTERM) turns /readyz to 503, refuses new
+// inscriptions with 503 and lets accepted ones finish.
+//
+// Thread-safety: Start/Drain/Stop from one controlling thread; handlers run on
+// the HTTP thread pool.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "service/metrics.h"
+#include "service/pipeline.h"
+#include "service/render_queue.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace danqing::service {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 8080;                            // 0: any free port (see Server::port())
+  size_t workers = 0;                         // render workers; 0: the number of cores
+  size_t queue_capacity = 0;                  // waiting renders; 0: 2 x workers
+  std::chrono::milliseconds deadline{20000};  // per inscription request
+  int http_threads = 64;                  // connections served at once (keep-alive holds one each)
+  std::chrono::seconds read_timeout{10};  // slow clients: per read
+  std::chrono::seconds write_timeout{10};
+  std::chrono::seconds keep_alive_timeout{5};
+  size_t result_cache_entries = 64;  // recent inscriptions kept for GET by id
+};
+
+class Server {
+ public:
+  Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and starts serving on a background thread. UNAVAILABLE when the
+  // address cannot be bound.
+  Status Start();
+  int port() const { return port_; }
+
+  // Readiness off, new inscriptions refused (503), then waits until accepted
+  // renders have finished or `timeout` passed. True when everything finished.
+  bool Drain(std::chrono::milliseconds timeout);
+  // Stops listening and joins the HTTP threads.
+  void Stop();
+
+ private:
+  struct Stored {
+    std::string json;
+    std::string image;
+    std::string content_type;
+  };
+  void Routes();
+  void Store(const std::string& id, std::shared_ptr<const Stored> stored);
+  std::shared_ptr<const Stored> Find(const std::string& id) const;
+  std::string NewId();
+
+  const ServerOptions options_;
+  const Pipeline* const pipeline_;
+  Metrics* const metrics_;
+  std::unique_ptr<RenderQueue> queue_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread listener_;
+  int port_ = 0;
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{0};
+  uint64_t id_salt_ = 0;
+
+  mutable std::mutex cache_mu_;
+  std::list<std::string> cache_order_;  // guarded by cache_mu_, newest first
+  std::map<std::string, std::shared_ptr<const Stored>> cache_;  // guarded by cache_mu_
+};
+
+// The JSON body describing an inscription (verse, themes, features, timings).
+std::string InscriptionJson(const std::string& id, const InscriptionResult& r,
+                            const std::string& backend);
+
+}  // namespace danqing::service

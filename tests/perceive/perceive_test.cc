@@ -1,0 +1,191 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "image/image.h"
+#include "perceive/perceiver.h"
+
+namespace danqing::perceive {
+namespace {
+
+struct Canvas {
+  int w, h;
+  std::vector<uint8_t> px;
+  Canvas(int width, int height)
+      : w(width), h(height), px(static_cast<size_t>(width * height * 3)) {}
+  void Fill(int y0, int y1, uint8_t r, uint8_t g, uint8_t b) {
+    for (int y = y0; y < y1; ++y) {
+      for (int x = 0; x < w; ++x) {
+        uint8_t* p = &px[static_cast<size_t>((y * w + x) * 3)];
+        p[0] = r, p[1] = g, p[2] = b;
+      }
+    }
+  }
+  ImageView View() const { return {w, h, px.data(), static_cast<size_t>(w) * 3}; }
+};
+
+double Score(const Perception& p, const std::string& theme) {
+  for (const auto& t : p.themes) {
+    if (t.theme == theme) return t.score;
+  }
+  ADD_FAILURE() << "no theme " << theme;
+  return -1;
+}
+
+std::string Top(const Perception& p) {
+  return p.themes.front().theme;
+}
+
+class PerceiveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto p = CreateCvPerceiver();
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    perceiver_ = std::move(p).value();
+  }
+  Perception Run(const Canvas& c) {
+    auto r = perceiver_->Perceive(c.View());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Perception{};
+  }
+  std::unique_ptr<Perceiver> perceiver_;
+};
+
+TEST_F(PerceiveTest, BlueSkyOverBlueWaterIsWater) {
+  Canvas c(200, 120);
+  c.Fill(0, 60, 110, 160, 230);  // sky
+  c.Fill(60, 120, 20, 70, 140);  // water
+  auto p = Run(c);
+  EXPECT_GT(p.features.sky, 0.9);
+  EXPECT_GT(p.features.water, 0.9);
+  EXPECT_EQ(Top(p), "江河湖海");
+  EXPECT_GT(Score(p, "天空"), 0.5);
+  EXPECT_EQ(Score(p, "人物"), 0.0);
+}
+
+TEST_F(PerceiveTest, DarkImageIsNight) {
+  Canvas c(200, 120);
+  c.Fill(0, 120, 10, 12, 25);
+  c.Fill(20, 24, 250, 250, 240);  // a bright line: moon glint
+  auto p = Run(c);
+  EXPECT_GT(p.features.night, 0.8);
+  EXPECT_EQ(Top(p), "月夜");
+  EXPECT_LT(Score(p, "山水"), 0.05);
+}
+
+TEST_F(PerceiveTest, WhiteGroundIsSnowAndWinter) {
+  Canvas c(200, 120);
+  c.Fill(0, 50, 200, 210, 225);
+  c.Fill(50, 120, 245, 248, 252);
+  auto p = Run(c);
+  EXPECT_GT(Score(p, "雪"), 0.5);
+  EXPECT_GT(Score(p, "冬"), 0.5);
+}
+
+TEST_F(PerceiveTest, RedSkyIsSunset) {
+  Canvas c(200, 120);
+  c.Fill(0, 60, 240, 110, 40);
+  c.Fill(60, 120, 40, 30, 30);
+  auto p = Run(c);
+  EXPECT_EQ(Top(p), "日出日落");
+}
+
+TEST_F(PerceiveTest, GreenUnderSkyIsLandscape) {
+  Canvas c(200, 120);
+  c.Fill(0, 50, 120, 170, 235);
+  c.Fill(50, 120, 50, 140, 45);
+  auto p = Run(c);
+  EXPECT_GT(Score(p, "山水"), 0.6);
+  EXPECT_GT(Score(p, "田园"), 0.3);
+  ASSERT_FALSE(p.features.palette.empty());
+  EXPECT_GE(p.features.palette.front().share, p.features.palette.back().share);
+}
+
+TEST_F(PerceiveTest, BadViewsAreInvalidArgument) {
+  ImageView empty;
+  EXPECT_EQ(perceiver_->Perceive(empty).status().code(), StatusCode::kInvalidArgument);
+  std::vector<uint8_t> px(30);
+  ImageView bad_stride{10, 1, px.data(), 5};
+  EXPECT_EQ(perceiver_->Perceive(bad_stride).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CvPerceiverTest, MissingCascadesAreUnavailable) {
+  auto p = CreateCvPerceiver({.cascade_dir = "/nonexistent"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(p.status().message().find("opencv-data"), std::string::npos);
+}
+
+TEST(ScoreThemesTest, EveryThemeScoredOnceInOrder) {
+  SceneFeatures f;
+  f.faces = 2;
+  f.face_area = 0.1;
+  auto s = ScoreThemes(f);
+  EXPECT_EQ(s.size(), AllThemes().size());
+  EXPECT_TRUE(std::is_sorted(s.begin(), s.end(),
+                             [](const auto& a, const auto& b) { return a.score > b.score; }));
+  EXPECT_EQ(s.front().theme, "人物");
+}
+
+}  // namespace
+}  // namespace danqing::perceive
+
+// Real photographs (tests/data/photos, public domain / CC0): the cue each one
+// is known for is found.
+
+namespace danqing::perceive {
+namespace {
+
+class PhotoTest : public ::testing::Test {
+ protected:
+  Perception Run(const std::string& name) {
+    auto p = CreateCvPerceiver();
+    EXPECT_TRUE(p.ok());
+    if (!p.ok()) return {};
+    auto img = image::ReadFile(std::string(DANQING_SOURCE_DIR) + "/tests/data/photos/" + name);
+    EXPECT_TRUE(img.ok()) << img.status().ToString();
+    if (!img.ok()) return {};
+    auto r = (*p)->Perceive(
+        {img->width, img->height, img->rgb.data(), static_cast<size_t>(img->width) * 3});
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : Perception{};
+  }
+};
+
+TEST_F(PhotoTest, AstronautHasAFaceAndIsAPortrait) {
+  auto p = Run("astronaut.jpg");
+  EXPECT_GE(p.features.faces, 1);
+  EXPECT_EQ(Top(p), "人物");
+}
+
+TEST_F(PhotoTest, ChelseaHasACatFace) {
+  auto p = Run("chelsea.jpg");
+  EXPECT_GE(p.features.cat_faces, 1);
+  EXPECT_EQ(p.features.faces, 0);
+  EXPECT_GT(Score(p, "禽兽"), 0.5);
+}
+
+TEST_F(PhotoTest, HubbleDeepFieldIsNight) {
+  auto p = Run("hubble_deep_field.jpg");
+  EXPECT_EQ(Top(p), "月夜");
+}
+
+TEST_F(PhotoTest, CoffeeCupIsTeaAndWine) {
+  auto p = Run("coffee.jpg");
+  EXPECT_GE(p.features.vessels, 1);
+  EXPECT_EQ(Top(p), "茶酒");
+}
+
+TEST_F(PhotoTest, SamePhotoSameScores) {
+  auto a = Run("rocket.jpg");
+  auto b = Run("rocket.jpg");
+  ASSERT_EQ(a.themes.size(), b.themes.size());
+  for (size_t i = 0; i < a.themes.size(); ++i) {
+    EXPECT_EQ(a.themes[i].theme, b.themes[i].theme);
+    EXPECT_DOUBLE_EQ(a.themes[i].score, b.themes[i].score);
+  }
+  EXPECT_GT(a.features.sky, 0.1);
+}
+
+}  // namespace
+}  // namespace danqing::perceive

@@ -1,0 +1,448 @@
+// End-to-end tests of the HTTP service over real HTTP on 127.0.0.1 (port 0):
+// real photos, every bad input, overload, deadlines, draining, metrics.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "service/assets.h"
+#include "service/server.h"
+#include "verse/corpus.h"
+
+namespace danqing::service {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Photo(const std::string& name) {
+  std::string s = ReadFile(std::string(DANQING_SOURCE_DIR) + "/tests/data/photos/" + name);
+  EXPECT_FALSE(s.empty()) << name;
+  return s;
+}
+
+uint32_t Crc32(const std::string& s) {
+  uint32_t c = 0xffffffffu;
+  for (unsigned char b : s) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+void Be32(std::string* s, uint32_t v) {
+  for (int i = 3; i >= 0; --i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+// A PNG whose header claims width x height and whose pixels are not there.
+std::string PngHeaderOnly(uint32_t width, uint32_t height) {
+  std::string png = "\x89PNG\r\n\x1a\n";
+  std::string ihdr = "IHDR";
+  Be32(&ihdr, width);
+  Be32(&ihdr, height);
+  ihdr += std::string("\x08\x02\x00\x00\x00", 5);
+  Be32(&png, 13);
+  png += ihdr;
+  Be32(&png, Crc32(ihdr));
+  std::string idat = "IDAT";
+  idat += std::string("\x78\x9c\x03\x00\x00\x00\x00\x01", 8);
+  Be32(&png, 8);
+  png += idat;
+  Be32(&png, Crc32(idat));
+  return png;
+}
+
+// The JPEG with an EXIF APP1 segment saying "rotate 90° clockwise" (orientation 6).
+std::string WithExifOrientation6(const std::string& jpeg) {
+  const std::string payload =
+      std::string("Exif\0\0MM\0*\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01\0\x06\0\0\0\0\0\0", 32);
+  std::string seg = "\xff\xe1";
+  seg.push_back(static_cast<char>(0));
+  seg.push_back(static_cast<char>(payload.size() + 2));
+  return jpeg.substr(0, 2) + seg + payload + jpeg.substr(2);
+}
+
+// A renderer the test controls: every Render blocks until Release().
+class GatedRenderer final : public InscriptionRenderer {
+ public:
+  Result<image::Image> Render(const InscriptionJob& job) const override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++started_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+    return image::Image::Filled(job.width, job.height);
+  }
+  bool CanRender(char32_t c) const override { return c >= 0x4E00 && c <= 0x9FFF; }
+  std::string Backend() const override { return "cpu"; }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void WaitStarted(int n) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return started_ >= n; });
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable int started_ = 0;
+  bool open_ = false;
+};
+
+// One service on 127.0.0.1, any free port.
+class Service {
+ public:
+  Service(const InscriptionRenderer* renderer, ServerOptions options, PipelineLimits limits = {}) {
+    corpus_ = std::make_unique<verse::Corpus>(*verse::Corpus::Parse(BundledPoems()));
+    selector_ = std::make_unique<verse::VerseSelector>(*corpus_);
+    auto p = perceive::CreateCvPerceiver();
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    perceiver_ = std::move(p).value();
+    pipeline_ = std::make_unique<Pipeline>(perceiver_.get(), selector_.get(), renderer, limits);
+    options.host = "127.0.0.1";
+    options.port = 0;
+    server_ = std::make_unique<Server>(options, pipeline_.get(), &metrics_);
+    Status st = server_->Start();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  ~Service() { server_->Stop(); }
+
+  httplib::Client Client() const {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  Server& server() { return *server_; }
+  Metrics& metrics() { return metrics_; }
+
+ private:
+  std::unique_ptr<verse::Corpus> corpus_;
+  std::unique_ptr<verse::VerseSelector> selector_;
+  std::unique_ptr<perceive::Perceiver> perceiver_;
+  std::unique_ptr<Pipeline> pipeline_;
+  Metrics metrics_;
+  std::unique_ptr<Server> server_;
+};
+
+ServerOptions SmallOptions() {
+  ServerOptions o;
+  o.workers = 2;
+  o.queue_capacity = 2;
+  o.http_threads = 16;
+  o.read_timeout = std::chrono::seconds(1);
+  o.write_timeout = std::chrono::seconds(5);
+  o.keep_alive_timeout = std::chrono::seconds(1);
+  return o;
+}
+
+// Tests against the real renderer (CreateInscriptionRenderer).
+class ServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto r = CreateInscriptionRenderer({});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    renderer_ = std::move(r).value().release();
+    PipelineLimits limits;
+    limits.image.max_bytes = 1 << 20;
+    limits.image.max_pixels = 20'000'000;
+    limits.image.max_side = 10000;
+    service_ = new Service(renderer_, SmallOptions(), limits);
+  }
+  static void TearDownTestSuite() {
+    delete service_;
+    delete renderer_;
+  }
+
+  // Raw body upload; small canvas to keep the tests fast.
+  static httplib::Result PostRaw(const std::string& body, const std::string& query = "",
+                                 const std::string& content_type = "application/octet-stream",
+                                 bool json_answer = true) {
+    auto c = service_->Client();
+    httplib::Headers h;
+    if (json_answer) h.emplace("Accept", "application/json");
+    // Small canvas unless the query sets its own size.
+    const std::string size =
+        query.find("width=") == std::string::npos ? "width=480&height=320" : "height=320";
+    return c.Post(("/v1/inscriptions?" + size + query).c_str(), h, body, content_type.c_str());
+  }
+
+  static json Ok(const httplib::Result& res) {
+    EXPECT_TRUE(res) << "no response";
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body, nullptr, false);
+  }
+
+  static void ExpectError(const httplib::Result& res, int code, const std::string& words) {
+    ASSERT_TRUE(res) << "no response";
+    EXPECT_EQ(res->status, code) << res->body;
+    const json j = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << res->body;
+    EXPECT_THAT(j.value("error", ""), HasSubstr(words));
+  }
+
+  static std::vector<std::string> Themes(const json& j, size_t n) {
+    std::vector<std::string> out;
+    for (const auto& t : j["themes"]) {
+      if (out.size() < n && t["score"].get<double>() > 0.05) out.push_back(t["theme"]);
+    }
+    return out;
+  }
+
+  static InscriptionRenderer* renderer_;
+  static Service* service_;
+};
+InscriptionRenderer* ServiceTest::renderer_ = nullptr;
+Service* ServiceTest::service_ = nullptr;
+
+TEST_F(ServiceTest, PhotosGetPlausibleThemesAndAVerse) {
+  struct Case {
+    const char* photo;
+    const char* theme;  // expected among the top themes
+  };
+  for (const Case& c :
+       {Case{"astronaut.jpg", "人物"}, Case{"hubble_deep_field.jpg", "月夜"},
+        Case{"chelsea.jpg", "禽兽"}, Case{"coffee.jpg", "茶酒"}, Case{"rocket.jpg", "天空"}}) {
+    SCOPED_TRACE(c.photo);
+    const json j = Ok(PostRaw(Photo(c.photo)));
+    ASSERT_TRUE(j.is_object());
+    EXPECT_THAT(Themes(j, 3), ::testing::Contains(c.theme)) << j["themes"].dump();
+    EXPECT_EQ(j["verse"]["source"], "corpus");
+    EXPECT_FALSE(j["verse"]["title"].get<std::string>().empty());
+    EXPECT_GE(j["verse"]["lines"].size(), 4u);
+    EXPECT_EQ(j["width"], 480);
+    EXPECT_EQ(j["height"], 320);
+    EXPECT_EQ(j["backend"], "cpu");
+    EXPECT_GT(j["timings_ms"]["total"].get<double>(), 0.0);
+  }
+}
+
+TEST_F(ServiceTest, MultipartUploadAnswersTheImageAndKeepsItsJson) {
+  auto c = service_->Client();
+  httplib::MultipartFormDataItems items = {
+      {"image", Photo("rocket.jpg"), "rocket.jpg", "image/jpeg"},
+      {"width", "400", "", ""},
+      {"height", "300", "", ""},
+      {"style", "kai", "", ""},
+      {"format", "jpeg", "", ""},
+  };
+  auto res = c.Post("/v1/inscriptions", items);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type"), "image/jpeg");
+  ASSERT_GE(res->body.size(), 3u);
+  EXPECT_EQ(res->body.substr(0, 3), "\xff\xd8\xff");
+  const std::string id = res->get_header_value("X-Danqing-Inscription-Id");
+  ASSERT_EQ(id.size(), 16u);
+
+  auto meta = c.Get(("/v1/inscriptions/" + id).c_str());
+  ASSERT_TRUE(meta);
+  ASSERT_EQ(meta->status, 200);
+  const json j = json::parse(meta->body);
+  EXPECT_EQ(j["id"], id);
+  EXPECT_EQ(j["width"], 400);
+
+  auto img = c.Get(("/v1/inscriptions/" + id + "/image?download=1").c_str());
+  ASSERT_TRUE(img);
+  EXPECT_EQ(img->status, 200);
+  EXPECT_EQ(img->body, res->body);
+  EXPECT_THAT(img->get_header_value("Content-Disposition"), HasSubstr("attachment"));
+
+  EXPECT_EQ(c.Get("/v1/inscriptions/0123456789abcdef")->status, 404);
+}
+
+TEST_F(ServiceTest, VisitorTextReplacesTheVerse) {
+  const json j = Ok(PostRaw(Photo("coffee.jpg"), "&text=%E6%98%8E%E6%9C%88%E5%85%89"));  // 明月光
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["verse"]["source"], "visitor");
+  EXPECT_EQ(j["verse"]["lines"][0], "明月光");
+}
+
+TEST_F(ServiceTest, ContentIsSniffedNotTakenFromTheContentType) {
+  // A JPEG labelled as PNG is still a JPEG; a text labelled as JPEG is refused.
+  EXPECT_EQ(PostRaw(Photo("chelsea.jpg"), "", "image/png")->status, 200);
+  ExpectError(PostRaw("hello, this is not a photo", "", "image/jpeg"), 415, "not a PNG or JPEG");
+}
+
+TEST_F(ServiceTest, ExifOrientationIsHonoured) {
+  const std::string jpeg = Photo("rocket.jpg");  // 640 x 427 as stored
+  const json plain = Ok(PostRaw(jpeg));
+  const json rotated = Ok(PostRaw(WithExifOrientation6(jpeg)));
+  ASSERT_TRUE(plain.is_object() && rotated.is_object());
+  EXPECT_EQ(plain["photo"]["width"], 640);
+  EXPECT_EQ(plain["photo"]["height"], 427);
+  EXPECT_EQ(rotated["photo"]["width"], 427);
+  EXPECT_EQ(rotated["photo"]["height"], 640);
+}
+
+TEST_F(ServiceTest, BadImagesAreClearClientErrors) {
+  ExpectError(PostRaw(""), 400, "empty");
+  const std::string jpeg = Photo("coffee.jpg");
+  ExpectError(PostRaw(jpeg.substr(0, jpeg.size() / 3)), 400, "");  // truncated
+  ExpectError(PostRaw(std::string("\xff\xd8\xff\xe0", 4) + std::string(3000, 'x')), 400,
+              "");  // corrupt
+  std::string png = PngHeaderOnly(640, 480);
+  ExpectError(PostRaw(png), 400, "");  // header fine, no pixel data
+  // Decompression bombs: refused from the header, before any pixel is decoded.
+  ExpectError(PostRaw(PngHeaderOnly(9000, 9000)), 413, "limit");  // 81 Mpx > 20 Mpx
+  ExpectError(PostRaw(PngHeaderOnly(60000, 100)), 413, "limit");  // side > 10000
+  // Over the upload cap (1 MiB here): the server does not read it all.
+  auto big = PostRaw(std::string(3 << 20, '\xff'));
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  // Multipart without the `image` field.
+  auto c = service_->Client();
+  auto res = c.Post("/v1/inscriptions",
+                    httplib::MultipartFormDataItems{{"photo", jpeg, "a.jpg", "image/jpeg"}});
+  ExpectError(res, 400, "'image'");
+  // The service still works.
+  EXPECT_EQ(PostRaw(jpeg)->status, 200);
+}
+
+TEST_F(ServiceTest, BadOptionsAreNamed) {
+  const std::string jpeg = Photo("chelsea.jpg");
+  ExpectError(PostRaw(jpeg, "&style=brush"), 400, "style");
+  ExpectError(PostRaw(jpeg, "&background=space"), 400, "background");
+  ExpectError(PostRaw(jpeg, "&format=gif"), 400, "format");
+  ExpectError(PostRaw(jpeg, "&width=10"), 400, "width");
+  ExpectError(PostRaw(jpeg, "&width=abc"), 400, "width");
+  ExpectError(PostRaw(jpeg, "&text=%F0%9F%98%80"), 400, "cannot be written");  // an emoji
+  ExpectError(PostRaw(jpeg, "&text=%E6%98%8E%FF"), 400, "UTF-8");
+}
+
+TEST_F(ServiceTest, SlowClientIsCutOffAndOthersAreServed) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(service_->server().port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string partial =
+      "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc";
+  ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
+  // Meanwhile another visitor is served.
+  EXPECT_EQ(PostRaw(Photo("chelsea.jpg"))->status, 200);
+  // The stalled upload is closed by the server (read timeout), not left open.
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[512];
+  ssize_t n = 0;
+  std::string answer;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+  EXPECT_EQ(n, 0) << "the server should close the stalled connection";
+  ::close(fd);
+}
+
+TEST_F(ServiceTest, PageHealthAndMetrics) {
+  auto c = service_->Client();
+  auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_THAT(page->body, HasSubstr("id=\"photo\""));
+  EXPECT_EQ(c.Get("/healthz")->status, 200);
+  EXPECT_EQ(c.Get("/readyz")->status, 200);
+  ASSERT_EQ(PostRaw(Photo("chelsea.jpg"))->status, 200);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_THAT(m->body, HasSubstr("danqing_render_backend_info{backend=\"cpu\"} 1"));
+  EXPECT_THAT(
+      m->body,
+      HasSubstr(
+          "danqing_http_request_duration_seconds_bucket{route=\"/v1/inscriptions\",le=\"+Inf\"}"));
+  EXPECT_THAT(m->body,
+              HasSubstr("danqing_http_requests_total{route=\"/v1/inscriptions\",code=\"200\"}"));
+  EXPECT_THAT(m->body, HasSubstr("danqing_render_queue_depth 0"));
+  EXPECT_THAT(m->body,
+              HasSubstr("danqing_inscription_request_duration_seconds_count{outcome=\"ok\"}"));
+  EXPECT_THAT(m->body, HasSubstr("# TYPE danqing_renders_in_flight gauge"));
+  EXPECT_THAT(m->body, HasSubstr("danqing_inscription_stage_seconds_count{stage=\"render\"}"));
+}
+
+// Overload, deadlines and draining, with a renderer the test holds.
+TEST(ServiceLoadTest, FullQueueAnswers429AtOnce) {
+  GatedRenderer gate;
+  ServerOptions o = SmallOptions();
+  o.workers = 1;
+  o.queue_capacity = 1;
+  Service svc(&gate, o);
+  const std::string jpeg = Photo("chelsea.jpg");
+  auto post = [&] {
+    auto c = svc.Client();
+    return c.Post("/v1/inscriptions?width=256&height=256", jpeg, "image/jpeg");
+  };
+  auto first = std::async(std::launch::async, post);
+  gate.WaitStarted(1);  // the worker is busy
+  auto second = std::async(std::launch::async, post);
+  while (svc.metrics().queue_depth.load() < 1) std::this_thread::yield();  // the queue is full
+  auto third = post();
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, 429);
+  EXPECT_FALSE(third->get_header_value("Retry-After").empty());
+  EXPECT_EQ(svc.metrics().rejected.Get("reason=\"queue_full\""), 1u);
+  gate.Release();
+  EXPECT_EQ(first.get()->status, 200);
+  EXPECT_EQ(second.get()->status, 200);
+}
+
+TEST(ServiceLoadTest, DeadlinePassedIs503) {
+  GatedRenderer gate;
+  ServerOptions o = SmallOptions();
+  o.workers = 1;
+  o.deadline = std::chrono::milliseconds(300);
+  Service svc(&gate, o);
+  auto c = svc.Client();
+  auto res = c.Post("/v1/inscriptions?width=256&height=256", Photo("chelsea.jpg"), "image/jpeg");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_THAT(res->body, HasSubstr("deadline"));
+  EXPECT_FALSE(res->get_header_value("Retry-After").empty());
+  gate.Release();
+}
+
+TEST(ServiceLoadTest, DrainFinishesAcceptedWorkAndRefusesNew) {
+  GatedRenderer gate;
+  Service svc(&gate, SmallOptions());
+  const std::string jpeg = Photo("chelsea.jpg");
+  auto in_flight = std::async(std::launch::async, [&] {
+    auto c = svc.Client();
+    return c.Post("/v1/inscriptions?width=256&height=256", jpeg, "image/jpeg");
+  });
+  gate.WaitStarted(1);
+  auto drained =
+      std::async(std::launch::async, [&] { return svc.server().Drain(std::chrono::seconds(60)); });
+  while (svc.metrics().draining.load() == 0) std::this_thread::yield();
+  auto c = svc.Client();
+  EXPECT_EQ(c.Get("/readyz")->status, 503);
+  auto refused = c.Post("/v1/inscriptions", jpeg, "image/jpeg");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_FALSE(refused->get_header_value("Retry-After").empty());
+  gate.Release();
+  EXPECT_EQ(in_flight.get()->status, 200);
+  EXPECT_TRUE(drained.get());
+}
+
+}  // namespace
+}  // namespace danqing::service

@@ -1,0 +1,39 @@
+// SIGTERM drains the real process: a render in flight when the signal comes
+// still gets its image; readiness turns off; the process exits 0.
+//   node tests/service/sigterm_test.js <danqing binary>
+'use strict';
+const assert = require('assert');
+const fs = require('fs');
+const path = require('path');
+const { get, post, startServe } = require('./serve_process');
+
+const ROOT = path.resolve(__dirname, '..', '..');
+
+async function main() {
+  const binary = process.argv[2];
+  assert(binary, 'usage: sigterm_test.js <danqing binary>');
+  const svc = await startServe(binary, ['--workers', '1', '--drain-timeout', '120']);
+  const photo = fs.readFileSync(path.join(ROOT, 'tests', 'data', 'photos', 'rocket.jpg'));
+  const inFlight = post(svc.port, '/v1/inscriptions?width=2048&height=2048', photo, {
+    'Content-Type': 'image/jpeg',
+    'Content-Length': photo.length,
+  });
+  // Wait until the render is running, then ask the process to stop.
+  for (;;) {
+    const m = (await get(svc.port, '/metrics')).body.toString();
+    if (/^danqing_renders_in_flight 1$/m.test(m)) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  svc.child.kill('SIGTERM');
+  const res = await inFlight;
+  assert.strictEqual(res.status, 200, 'the accepted render finishes: ' + res.body.toString().slice(0, 200));
+  assert.strictEqual(res.headers['content-type'], 'image/png');
+  const { code } = await svc.exited;
+  assert.strictEqual(code, 0, 'exit 0 after a clean drain');
+  console.log('sigterm_test: PASS');
+}
+
+main().catch((e) => {
+  console.error('sigterm_test: FAIL', e);
+  process.exit(1);
+});

@@ -1,0 +1,64 @@
+// The upload page in headless Chromium (Debian's chromium, driven by
+// playwright-core): upload a photo, wait, the inscription appears, download it.
+//   node tests/service/web_test.js <danqing binary>
+'use strict';
+const assert = require('assert');
+const fs = require('fs');
+const path = require('path');
+const { startServe } = require('./serve_process');
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const { chromium } = require(path.join(ROOT, 'node_modules', 'playwright-core'));
+
+async function main() {
+  const binary = process.argv[2];
+  assert(binary, 'usage: web_test.js <danqing binary>');
+  const svc = await startServe(binary, ['--workers', '2']);
+  const browser = await chromium.launch({
+    executablePath: process.env.DANQING_CHROMIUM || '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-dev-shm-usage'],
+  });
+  try {
+    const page = await browser.newPage({ acceptDownloads: true });
+    await page.goto(`http://127.0.0.1:${svc.port}/`);
+    assert.strictEqual(await page.title(), '丹青识画 · Danqing');
+    await page.setInputFiles('#photo', path.join(ROOT, 'tests', 'data', 'photos', 'hubble_deep_field.jpg'));
+    await page.selectOption('#style', 'kai');
+    await page.click('#go');
+    // Progress is shown while the request runs, then the result.
+    await page.waitForSelector('#result', { state: 'visible', timeout: 120000 });
+    const status = await page.textContent('#status');
+    assert.match(status, /Done/);
+    const verse = (await page.textContent('#verse')).trim();
+    assert.ok(verse.split('\n').length >= 4, 'a verse of at least four lines: ' + verse);
+    const themes = await page.textContent('#themes');
+    assert.match(themes, /月夜/, 'a night photo gets the moonlit-night theme: ' + themes);
+    const natural = await page.$eval('#inscription', (img) => [img.naturalWidth, img.naturalHeight]);
+    assert.ok(natural[0] > 0 && natural[1] > 0, 'the image loaded');
+
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#download')]);
+    assert.match(download.suggestedFilename(), /^danqing-[0-9a-f]{16}\.png$/);
+    const file = await download.path();
+    const head = fs.readFileSync(file).subarray(0, 8);
+    assert.deepStrictEqual([...head], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 'a PNG was downloaded');
+
+    // A non-image is refused with a message on the page, not a broken image.
+    fs.writeFileSync('/tmp/danqing-web-test-not-an-image.jpg', 'not an image');
+    await page.setInputFiles('#photo', '/tmp/danqing-web-test-not-an-image.jpg');
+    await page.click('#go');
+    await page.waitForSelector('#status.error', { timeout: 30000 });
+    assert.match(await page.textContent('#status'), /not a PNG or JPEG/);
+    fs.unlinkSync('/tmp/danqing-web-test-not-an-image.jpg');
+  } finally {
+    await browser.close();
+    svc.child.kill('SIGTERM');
+  }
+  const { code } = await svc.exited;
+  assert.strictEqual(code, 0, 'danqing serve exits 0 after SIGTERM');
+  console.log('web_test: PASS');
+}
+
+main().catch((e) => {
+  console.error('web_test: FAIL', e);
+  process.exit(1);
+});

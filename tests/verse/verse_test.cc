@@ -1,0 +1,105 @@
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "verse/corpus.h"
+#include "verse/selector.h"
+
+namespace danqing::verse {
+namespace {
+
+constexpr char kSmall[] =
+    "# comment\n"
+    "1\t江雪\t柳宗元\t江河湖海,雪,山水\t千山鸟飞绝，|万迳人踪灭。|孤舟蓑笠翁，|独钓寒江雪。\n"
+    "2\t静夜思\t李白\t月夜,山水\t床前看月光，|疑是地上霜。|举头望山月，|低头思故乡。\n"
+    "3\t春晓\t孟浩然\t春,花\t春眠不觉晓，|处处闻啼鸟。|夜来风雨声，|花落知多少。\n";
+
+TEST(CorpusTest, ParsesFields) {
+  auto c = Corpus::Parse(kSmall);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->size(), 3u);
+  const Poem& p = c->poems()[1];
+  EXPECT_EQ(p.id, 2);
+  EXPECT_EQ(p.title, "静夜思");
+  EXPECT_EQ(p.author, "李白");
+  EXPECT_EQ(p.themes, (std::vector<std::string>{"月夜", "山水"}));
+  ASSERT_EQ(p.lines.size(), 4u);
+  EXPECT_EQ(p.lines[3], "低头思故乡。");
+  EXPECT_EQ(p.Text(), "床前看月光，\n疑是地上霜。\n举头望山月，\n低头思故乡。");
+}
+
+TEST(CorpusTest, RejectsMalformedLinesWithTheirNumber) {
+  auto bad_fields = Corpus::Parse("# x\n1\ta\tb\tc\n", "f.tsv");
+  ASSERT_FALSE(bad_fields.ok());
+  EXPECT_EQ(bad_fields.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_fields.status().message().find("f.tsv:2"), std::string::npos);
+
+  auto bad_id = Corpus::Parse("x\tt\ta\t春\tl。\n");
+  ASSERT_FALSE(bad_id.ok());
+  EXPECT_NE(bad_id.status().message().find("id"), std::string::npos);
+
+  EXPECT_FALSE(Corpus::Parse("1\tt\ta\t春\tl。||m。\n").ok());  // empty verse line
+  EXPECT_FALSE(Corpus::Parse("# only comments\n").ok());
+  EXPECT_EQ(Corpus::Load("/nonexistent/poems.tsv").status().code(), StatusCode::kNotFound);
+}
+
+TEST(CorpusTest, BundledCorpusLoadsAndIsThemed) {
+  auto c = Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_GE(c->size(), 2000u);
+  std::set<std::string> themes;
+  for (const auto& p : c->poems()) {
+    EXPECT_FALSE(p.themes.empty()) << p.title;
+    EXPECT_TRUE(p.lines.size() == 4 || p.lines.size() == 8) << p.title;
+    themes.insert(p.themes.begin(), p.themes.end());
+  }
+  for (const char* t :
+       {"山水", "江河湖海", "月夜", "雪", "春", "秋", "花", "人物", "城市", "田园", "日出日落"}) {
+    EXPECT_TRUE(themes.count(t)) << t;
+  }
+}
+
+TEST(SelectorTest, PrefersMatchingThemes) {
+  auto c = Corpus::Parse(kSmall);
+  ASSERT_TRUE(c.ok());
+  VerseSelector s(*c, {.no_repeat_window = 0});
+  EXPECT_EQ(s.Choose({{"雪", 0.9}}, 1).title, "江雪");
+  EXPECT_EQ(s.Choose({{"月夜", 0.9}, {"雪", 0.1}}, 2).title, "静夜思");
+  EXPECT_EQ(s.Choose({{"花", 0.5}}, 3).title, "春晓");
+}
+
+TEST(SelectorTest, SameSeedSameChoiceWithoutWindow) {
+  auto c = Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
+  ASSERT_TRUE(c.ok());
+  VerseSelector s(*c, {.no_repeat_window = 0});
+  const std::vector<ThemeWeight> themes = {{"江河湖海", 0.8}, {"山水", 0.5}};
+  const int a = s.Choose(themes, 42).id;
+  EXPECT_EQ(s.Choose(themes, 42).id, a);
+  std::set<int> seen;
+  for (uint64_t seed = 0; seed < 50; ++seed) seen.insert(s.Choose(themes, seed).id);
+  EXPECT_GT(seen.size(), 5u) << "different photos should get different verses";
+}
+
+TEST(SelectorTest, NoRepeatWithinWindow) {
+  auto c = Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
+  ASSERT_TRUE(c.ok());
+  VerseSelector s(*c, {.no_repeat_window = 16});
+  std::vector<int> ids;
+  for (int i = 0; i < 40; ++i)
+    ids.push_back(s.Choose({{"雪", 1.0}}, 7).id);  // same photo again and again
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (size_t j = i + 1; j < ids.size() && j < i + 17; ++j) {
+      EXPECT_NE(ids[i], ids[j]) << "repeat at " << i << " and " << j;
+    }
+  }
+}
+
+TEST(SelectorTest, WindowLargerThanCorpusStillAnswers) {
+  auto c = Corpus::Parse(kSmall);
+  ASSERT_TRUE(c.ok());
+  VerseSelector s(*c, {.no_repeat_window = 10});
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(s.Choose({{"春", 1.0}}, 1).title.empty());
+}
+
+}  // namespace
+}  // namespace danqing::verse

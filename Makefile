@@ -14,8 +14,8 @@ build: setup
 	@cmake --preset $(PRESET) >/dev/null
 	@cmake --build --preset $(PRESET)
 
-# Until the Danqing service exists: show the node's GPUs (real driver if any,
-# else the fake 8xA100 node).
+# Shows the node's GPUs (real driver if any, else the fake 8xA100 node), then
+# starts the Danqing service on localhost:8080 (scripts/serve.sh).
 run: build
 	@scripts/run.sh
 	@scripts/serve.sh

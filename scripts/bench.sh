@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 build/default/bench/inventory_bench --benchmark_min_time=0.5 "$@"
 build/default/bench/allocator_bench --benchmark_min_time=0.5
 build/default/bench/plugin_bench
+build/default/bench/metrics_bench --benchmark_min_time=0.5

@@ -36,9 +36,8 @@ constexpr ThrottleName kThrottleReasons[] = {
 // Families in a fixed order, filled row by row.
 class Builder {
  public:
-  size_t Add(std::string name, std::string help, MetricType type, std::string unit = "",
-             bool legacy = false) {
-    families_.push_back({std::move(name), std::move(help), type, std::move(unit), legacy, {}});
+  size_t Add(std::string name, std::string help, MetricType type, std::string unit = "") {
+    families_.push_back({std::move(name), std::move(help), type, std::move(unit), {}});
     return families_.size() - 1;
   }
   void Put(size_t family, const Labels& labels, double value) {
@@ -75,19 +74,19 @@ struct Ids {
                           "Current clock throttle reasons (NVML bitmask).", T::kGauge);
     xid_last = b.Add("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", T::kGauge);
     sbe_vol = b.Add("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
-                    T::kCounter, "", true);
+                    T::kUnknown);
     dbe_vol = b.Add("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
-                    T::kCounter, "", true);
+                    T::kUnknown);
     sbe_agg = b.Add("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-                    "Total number of single-bit persistent ECC errors.", T::kCounter, "", true);
+                    "Total number of single-bit persistent ECC errors.", T::kUnknown);
     dbe_agg = b.Add("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-                    "Total number of double-bit persistent ECC errors.", T::kCounter, "", true);
+                    "Total number of double-bit persistent ECC errors.", T::kUnknown);
     retired_pending = b.Add("DCGM_FI_DEV_RETIRED_PENDING",
                             "Pages pending retirement (1) or not (0).", T::kGauge);
     remap_corr = b.Add("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-                       "Number of remapped rows for correctable errors.", T::kCounter, "", true);
+                       "Number of remapped rows for correctable errors.", T::kUnknown);
     remap_unc = b.Add("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-                      "Number of remapped rows for uncorrectable errors.", T::kCounter, "", true);
+                      "Number of remapped rows for uncorrectable errors.", T::kUnknown);
     remap_failure = b.Add("DCGM_FI_DEV_ROW_REMAP_FAILURE",
                           "Whether remapping of rows has failed (1) or not (0).", T::kGauge);
     remap_pending = b.Add("danqing_gpu_row_remap_pending",
@@ -286,7 +285,7 @@ std::shared_ptr<const Snapshot> Collector::Collect() {
                   {"UUID", g.uuid},
                   {"device", "nvidia" + std::to_string(g.minor_number.value_or(
                                             static_cast<uint32_t>(std::max(g.index, 0))))},
-                  {"modelName", g.name},
+                  {options_.snake_case_labels ? "model_name" : "modelName", g.name},
                   {"Hostname", options_.hostname},
                   {"pci_bus_id", g.pci.bus_id}};
       rows.push_back({&g, nullptr, g.uuid, base});

@@ -59,6 +59,10 @@ struct CollectorOptions {
   std::string kubelet_checkpoint = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
   std::string proc_root = "/proc";
   std::string resource_prefix = "nvidia.com/";
+  // DCGM's label `modelName` is camelCase, which `promtool check metrics`
+  // flags; true writes `model_name` instead (dashboards made for
+  // dcgm-exporter then need editing).
+  bool snake_case_labels = false;
 };
 
 struct Snapshot {

@@ -34,7 +34,6 @@ std::string Lower(std::string_view s) {
 
 // The name written on the sample lines of a family.
 std::string SampleBase(const MetricFamily& f, Format format) {
-  if (f.legacy_name) return f.name;
   if (f.type == MetricType::kCounter) return f.name + "_total";
   if (f.type == MetricType::kInfo) return f.name + "_info";
   (void)format;
@@ -50,9 +49,7 @@ std::string MetadataName(const MetricFamily& f, Format format) {
 std::string_view TypeName(const MetricFamily& f, Format format) {
   const bool om = format == Format::kOpenMetrics100;
   switch (f.type) {
-    case MetricType::kCounter:
-      if (f.legacy_name) return om ? "unknown" : "counter";
-      return "counter";
+    case MetricType::kCounter: return "counter";
     case MetricType::kGauge: return "gauge";
     case MetricType::kHistogram: return "histogram";
     case MetricType::kInfo: return om ? "info" : "gauge";
@@ -328,7 +325,7 @@ Family<Counter>& Registry::AddCounter(const std::string& name, const std::string
     }
   }
   auto fam = std::make_unique<Family<Counter>>(
-      MetricFamily{name, help, MetricType::kCounter, "", false, {}}, std::move(label_names));
+      MetricFamily{name, help, MetricType::kCounter, "", {}}, std::move(label_names));
   auto& ref = *fam;
   entries_.push_back(std::make_unique<Entry>(Entry{name, std::move(fam)}));
   return ref;
@@ -343,7 +340,7 @@ Family<Gauge>& Registry::AddGauge(const std::string& name, const std::string& he
     }
   }
   auto fam = std::make_unique<Family<Gauge>>(
-      MetricFamily{name, help, MetricType::kGauge, std::move(unit), false, {}}, std::move(label_names));
+      MetricFamily{name, help, MetricType::kGauge, std::move(unit), {}}, std::move(label_names));
   auto& ref = *fam;
   entries_.push_back(std::make_unique<Entry>(Entry{name, std::move(fam)}));
   return ref;
@@ -358,7 +355,7 @@ Family<Gauge>& Registry::AddInfo(const std::string& name, const std::string& hel
     }
   }
   auto fam = std::make_unique<Family<Gauge>>(
-      MetricFamily{name, help, MetricType::kInfo, "", false, {}}, std::move(label_names));
+      MetricFamily{name, help, MetricType::kInfo, "", {}}, std::move(label_names));
   auto& ref = *fam;
   entries_.push_back(std::make_unique<Entry>(Entry{name, std::move(fam)}));
   return ref;
@@ -374,7 +371,7 @@ Family<Histogram>& Registry::AddHistogram(const std::string& name, const std::st
     }
   }
   auto fam = std::make_unique<Family<Histogram>>(
-      MetricFamily{name, help, MetricType::kHistogram, std::move(unit), false, {}},
+      MetricFamily{name, help, MetricType::kHistogram, std::move(unit), {}},
       std::move(label_names), std::move(bounds));
   auto& ref = *fam;
   entries_.push_back(std::make_unique<Entry>(Entry{name, std::move(fam)}));

@@ -9,9 +9,8 @@
 //
 // Naming: a counter family is named WITHOUT the `_total` suffix; rendering
 // adds it to the sample (and, in the text format, to HELP/TYPE as Prometheus
-// clients do). `legacy_name` families (DCGM's counters whose names end in
-// `_TOTAL`) keep their exact name: TYPE counter in the text format, `unknown`
-// in OpenMetrics, where a counter's sample must end in `_total`.
+// clients do). DCGM's counters whose names end in `_TOTAL` are exported as
+// kUnknown (untyped) so their names stay exactly DCGM's.
 //
 // Thread-safety: Counter, Gauge and Histogram are lock-free and may be
 // updated from any thread; Family::WithLabels and Registry methods take a
@@ -45,8 +44,7 @@ struct MetricFamily {
   std::string name;  // counters: without "_total"; info: without "_info"
   std::string help;
   MetricType type = MetricType::kGauge;
-  std::string unit;          // OpenMetrics UNIT ("bytes", "seconds"); must suffix the name
-  bool legacy_name = false;  // counter whose samples keep `name` exactly (see above)
+  std::string unit;  // OpenMetrics UNIT ("bytes", "seconds"); written only when it suffixes the name
   std::vector<Sample> samples;
 };
 

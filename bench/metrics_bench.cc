@@ -88,9 +88,9 @@ struct Fixture {
       pod.set_name("render-" + std::to_string(p));
       auto* c = pod.add_containers();
       c->set_name("main");
-      auto* d = c->add_devices();
-      d->set_resource_name(resource);
-      d->add_device_ids(id);
+      auto* dev = c->add_devices();
+      dev->set_resource_name(resource);
+      dev->add_device_ids(id);
       pods.push_back(pod);
       if (p) checkpoint += ",";
       checkpoint += std::string(R"({"PodUID":")") + uid + R"(","ContainerName":"main","ResourceName":")" +

@@ -8,8 +8,10 @@ PACKAGES=(
   # libraries
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libcpp-httplib-dev
   # tests, benchmarks, sanitizers
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
+  prometheus
 )
 
 missing=()

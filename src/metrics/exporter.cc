@@ -51,6 +51,12 @@ Result<std::unique_ptr<Exporter>> Exporter::Start(ExporterOptions options, Sourc
 
   e->server_ = std::make_unique<httplib::Server>();
   e->server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  // httplib's default also sets SO_REUSEPORT, which lets a second agent bind
+  // the same port silently; keep only SO_REUSEADDR (fast restarts).
+  e->server_->set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   Exporter* self = e.get();
   e->server_->Get("/metrics", [self](const httplib::Request& req, httplib::Response& res) {
     Format f = NegotiateFormat(req.get_header_value("Accept"));

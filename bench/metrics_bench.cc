@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
   long before = RssKiB();
   F();  // fake node, emulator, /proc tree
   long with_fixture = RssKiB();
+  long anon_fixture = RssKiB("RssAnon:");
   {
     m::ExporterOptions o;
     o.listen = "127.0.0.1:0";
@@ -220,10 +221,12 @@ int main(int argc, char** argv) {
       (void)cli.Get("/metrics", h);
     }
     long with_exporter = RssKiB();
+    long anon_exporter = RssKiB("RssAnon:");
     std::cout << "memory: process RSS " << before << " KiB at start, " << with_fixture
               << " KiB with the fake node and 200 pods, " << with_exporter
               << " KiB with the exporter running (+" << (with_exporter - with_fixture)
-              << " KiB for the exporter: HTTP threads, snapshot, cached renders)\n";
+              << " KiB for the exporter: HTTP threads, snapshot, cached renders; of which anonymous +"
+              << (anon_exporter - anon_fixture) << " KiB, the rest library pages)\n";
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

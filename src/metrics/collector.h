@@ -35,8 +35,9 @@ struct DeviceHealth {
   uint64_t last_xid = 0;                     // the most recent XID, 0 when none
 };
 
-// Where the collector gets what the agent knows. Every callback is called on
-// the collector's thread; an empty std::function means "not available".
+// Where the collector gets what the agent knows. Callbacks are called by
+// Collect(), one at a time (the Exporter's collector thread); an empty
+// std::function means "not available".
 struct Sources {
   // The current discovery; null or empty function: no GPU metrics.
   std::function<std::shared_ptr<const gpu::NodeInventory>()> inventory;

@@ -16,8 +16,9 @@
 //   auto exp = metrics::Exporter::Start({.listen = cfg.danqing.metrics_addr, ...}, src);
 //
 // Thread-safety: Start/Stop from one thread; port(), registry(), Render()
-// and CollectNow() from any thread. The Sources callbacks run only on the
-// collector thread.
+// and CollectNow() from any thread. The Sources callbacks run on the thread
+// calling Start() (the first collection, before Start returns) and then only
+// on the collector thread, never two at once.
 #pragma once
 
 #include <atomic>

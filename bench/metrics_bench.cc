@@ -72,7 +72,8 @@ struct Fixture {
     std::vector<std::pair<std::string, std::string>> devices;  // uuid, resource
     for (const auto& g : inventory->gpus) {
       if (g.mig_devices.empty()) devices.emplace_back(g.uuid, "nvidia.com/gpu");
-      for (const auto& mig : g.mig_devices) devices.emplace_back(mig.uuid, "nvidia.com/mig-" + mig.profile);
+      for (const auto& mig : g.mig_devices)
+        devices.emplace_back(mig.uuid, "nvidia.com/mig-" + mig.profile);
     }
     dir = "/tmp/dqbench-" + std::to_string(::getpid());
     std::filesystem::create_directories(dir);
@@ -93,8 +94,9 @@ struct Fixture {
       dev->add_device_ids(id);
       pods.push_back(pod);
       if (p) checkpoint += ",";
-      checkpoint += std::string(R"({"PodUID":")") + uid + R"(","ContainerName":"main","ResourceName":")" +
-                    resource + R"(","DeviceIDs":{"0":[")" + id + R"("]}})";
+      checkpoint += std::string(R"({"PodUID":")") + uid +
+                    R"(","ContainerName":"main","ResourceName":")" + resource +
+                    R"(","DeviceIDs":{"0":[")" + id + R"("]}})";
       uint32_t pid = 10000 + static_cast<uint32_t>(p);
       std::filesystem::create_directories(dir + "/proc/" + std::to_string(pid));
       std::ofstream(dir + "/proc/" + std::to_string(pid) + "/cgroup")
@@ -166,7 +168,8 @@ void BM_Render(benchmark::State& state, m::Format format) {
   state.counters["bytes"] = static_cast<double>(out.size());
 }
 BENCHMARK_CAPTURE(BM_Render, text, m::Format::kText004)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Render, openmetrics, m::Format::kOpenMetrics100)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Render, openmetrics, m::Format::kOpenMetrics100)
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_Collect(benchmark::State& state) {
   m::Registry reg;
@@ -222,11 +225,12 @@ int main(int argc, char** argv) {
     }
     long with_exporter = RssKiB();
     long anon_exporter = RssKiB("RssAnon:");
-    std::cout << "memory: process RSS " << before << " KiB at start, " << with_fixture
-              << " KiB with the fake node and 200 pods, " << with_exporter
-              << " KiB with the exporter running (+" << (with_exporter - with_fixture)
-              << " KiB for the exporter: HTTP threads, snapshot, cached renders; of which anonymous +"
-              << (anon_exporter - anon_fixture) << " KiB, the rest library pages)\n";
+    std::cout
+        << "memory: process RSS " << before << " KiB at start, " << with_fixture
+        << " KiB with the fake node and 200 pods, " << with_exporter
+        << " KiB with the exporter running (+" << (with_exporter - with_fixture)
+        << " KiB for the exporter: HTTP threads, snapshot, cached renders; of which anonymous +"
+        << (anon_exporter - anon_fixture) << " KiB, the rest library pages)\n";
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -6,7 +6,9 @@
 
 namespace danqing::metrics {
 
-std::string BuildVersion() { return DANQING_VERSION; }
+std::string BuildVersion() {
+  return DANQING_VERSION;
+}
 
 AgentMetricFamilies& AgentMetrics() {
   static AgentMetricFamilies* families = [] {

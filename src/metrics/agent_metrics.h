@@ -16,14 +16,15 @@
 namespace danqing::metrics {
 
 struct AgentMetricFamilies {
-  Family<Gauge>& build_info;                 // danqing_build_info{version}
-  Family<Counter>& registrations;            // danqing_plugin_registrations_total{resource}
-  Family<Counter>& registration_failures;    // danqing_plugin_registration_failures_total{resource}
-  Family<Histogram>& allocate_seconds;       // danqing_plugin_allocate_duration_seconds{resource}
-  Family<Counter>& allocate_errors;          // danqing_plugin_allocate_errors_total{resource}
-  Family<Histogram>& preferred_seconds;      // danqing_plugin_preferred_allocation_duration_seconds{resource}
-  Family<Counter>& reloads;                  // danqing_config_reloads_total{result="ok|failed"}
-  Family<Counter>& nvml_errors;              // danqing_nvml_errors_total{code}
+  Family<Gauge>& build_info;               // danqing_build_info{version}
+  Family<Counter>& registrations;          // danqing_plugin_registrations_total{resource}
+  Family<Counter>& registration_failures;  // danqing_plugin_registration_failures_total{resource}
+  Family<Histogram>& allocate_seconds;     // danqing_plugin_allocate_duration_seconds{resource}
+  Family<Counter>& allocate_errors;        // danqing_plugin_allocate_errors_total{resource}
+  Family<Histogram>&
+      preferred_seconds;         // danqing_plugin_preferred_allocation_duration_seconds{resource}
+  Family<Counter>& reloads;      // danqing_config_reloads_total{result="ok|failed"}
+  Family<Counter>& nvml_errors;  // danqing_nvml_errors_total{code}
 };
 
 // Registers the families in DefaultRegistry() the first time it is called

@@ -69,20 +69,22 @@ struct Ids {
     power = b.Add("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", T::kGauge);
     sm_clock = b.Add("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", T::kGauge);
     mem_clock = b.Add("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", T::kGauge);
-    video_clock = b.Add("DCGM_FI_DEV_VIDEO_CLOCK", "Video encoder/decoder clock (in MHz).", T::kGauge);
+    video_clock =
+        b.Add("DCGM_FI_DEV_VIDEO_CLOCK", "Video encoder/decoder clock (in MHz).", T::kGauge);
     throttle_mask = b.Add("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
                           "Current clock throttle reasons (NVML bitmask).", T::kGauge);
-    xid_last = b.Add("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", T::kGauge);
-    sbe_vol = b.Add("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
-                    T::kUnknown);
-    dbe_vol = b.Add("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
-                    T::kUnknown);
+    xid_last =
+        b.Add("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", T::kGauge);
+    sbe_vol = b.Add("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                    "Total number of single-bit volatile ECC errors.", T::kUnknown);
+    dbe_vol = b.Add("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                    "Total number of double-bit volatile ECC errors.", T::kUnknown);
     sbe_agg = b.Add("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
                     "Total number of single-bit persistent ECC errors.", T::kUnknown);
     dbe_agg = b.Add("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
                     "Total number of double-bit persistent ECC errors.", T::kUnknown);
-    retired_pending = b.Add("DCGM_FI_DEV_RETIRED_PENDING",
-                            "Pages pending retirement (1) or not (0).", T::kGauge);
+    retired_pending =
+        b.Add("DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement (1) or not (0).", T::kGauge);
     remap_corr = b.Add("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
                        "Number of remapped rows for correctable errors.", T::kUnknown);
     remap_unc = b.Add("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
@@ -93,13 +95,13 @@ struct Ids {
                           "Row remapping pending a GPU reset (1) or not (0).", T::kGauge);
     throttle_reason = b.Add("danqing_gpu_throttle_reason",
                             "1 when the clock is held back for this reason, else 0.", T::kGauge);
-    xid_total = b.Add("danqing_gpu_xid_errors",
-                      "XID errors seen since the agent started, by XID.", T::kCounter);
+    xid_total = b.Add("danqing_gpu_xid_errors", "XID errors seen since the agent started, by XID.",
+                      T::kCounter);
     healthy = b.Add("danqing_gpu_healthy",
                     "1 when the device is healthy, 0 when not (reason says why).", T::kGauge);
-    sensors_up = b.Add("danqing_gpu_sensors_up",
-                       "1 when the device's sensors were read in the last collection, else 0.",
-                       T::kGauge);
+    sensors_up =
+        b.Add("danqing_gpu_sensors_up",
+              "1 when the device's sensors were read in the last collection, else 0.", T::kGauge);
     allocated = b.Add("danqing_gpu_allocated_devices",
                       "Kubelet device IDs of this device held by containers (replicas count each).",
                       T::kGauge);
@@ -108,7 +110,8 @@ struct Ids {
                         T::kGauge);
     holders = b.Add("danqing_gpu_containers",
                     "Containers holding at least one device ID of this device.", T::kGauge);
-    processes = b.Add("danqing_gpu_processes", "Compute processes running on this device.", T::kGauge);
+    processes =
+        b.Add("danqing_gpu_processes", "Compute processes running on this device.", T::kGauge);
     unattributed = b.Add("danqing_gpu_unattributed_processes",
                          "Compute processes on this device that could not be mapped to a pod "
                          "holding it (host processes, unknown pods).",
@@ -204,7 +207,8 @@ struct Collector::State {
 };
 
 Collector::Collector(CollectorOptions options, Sources sources, Registry& registry)
-    : options_(std::move(options)), sources_(std::move(sources)),
+    : options_(std::move(options)),
+      sources_(std::move(sources)),
       state_(std::make_unique<State>(registry)) {
   if (options_.hostname.empty()) options_.hostname = LocalHostname();
   if (!options_.pod_resources_socket.empty()) {
@@ -340,7 +344,8 @@ std::shared_ptr<const Snapshot> Collector::Collect() {
       if (s.utilization_memory) b.Put(id.mem_copy_util, labels, *s.utilization_memory);
       if (s.memory_used_bytes) b.Put(id.fb_used, labels, std::floor(*s.memory_used_bytes / kMiB));
       if (s.memory_free_bytes) b.Put(id.fb_free, labels, std::floor(*s.memory_free_bytes / kMiB));
-      if (s.memory_total_bytes) b.Put(id.fb_total, labels, std::floor(*s.memory_total_bytes / kMiB));
+      if (s.memory_total_bytes)
+        b.Put(id.fb_total, labels, std::floor(*s.memory_total_bytes / kMiB));
       if (s.temperature_c) b.Put(id.temp, labels, *s.temperature_c);
       if (s.power_mw) b.Put(id.power, labels, *s.power_mw / 1000.0);
       if (s.clock_sm_mhz) b.Put(id.sm_clock, labels, *s.clock_sm_mhz);
@@ -361,11 +366,15 @@ std::shared_ptr<const Snapshot> Collector::Collect() {
       put_u64(id.dbe_vol, s.ecc_volatile_uncorrected);
       put_u64(id.sbe_agg, s.ecc_aggregate_corrected);
       put_u64(id.dbe_agg, s.ecc_aggregate_uncorrected);
-      if (s.retired_pages_pending) b.Put(id.retired_pending, labels, *s.retired_pages_pending ? 1 : 0);
+      if (s.retired_pages_pending)
+        b.Put(id.retired_pending, labels, *s.retired_pages_pending ? 1 : 0);
       if (s.remapped_rows_correctable) b.Put(id.remap_corr, labels, *s.remapped_rows_correctable);
-      if (s.remapped_rows_uncorrectable) b.Put(id.remap_unc, labels, *s.remapped_rows_uncorrectable);
-      if (s.remapped_rows_failure) b.Put(id.remap_failure, labels, *s.remapped_rows_failure ? 1 : 0);
-      if (s.remapped_rows_pending) b.Put(id.remap_pending, row.labels, *s.remapped_rows_pending ? 1 : 0);
+      if (s.remapped_rows_uncorrectable)
+        b.Put(id.remap_unc, labels, *s.remapped_rows_uncorrectable);
+      if (s.remapped_rows_failure)
+        b.Put(id.remap_failure, labels, *s.remapped_rows_failure ? 1 : 0);
+      if (s.remapped_rows_pending)
+        b.Put(id.remap_pending, row.labels, *s.remapped_rows_pending ? 1 : 0);
     }
     // XIDs are the GPU's (NVML reports them per GPU); MIG rows repeat none.
     if (row.mig == nullptr) {

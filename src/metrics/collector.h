@@ -30,9 +30,9 @@ namespace danqing::metrics {
 struct DeviceHealth {
   std::string uuid;  // GPU or MIG UUID; a MIG device without its own entry inherits its GPU's
   bool healthy = true;
-  std::string reason;                        // "xid-79", "device-lost", ... when unhealthy
-  std::map<uint64_t, uint64_t> xid_counts;   // XID → events seen since the agent started
-  uint64_t last_xid = 0;                     // the most recent XID, 0 when none
+  std::string reason;                       // "xid-79", "device-lost", ... when unhealthy
+  std::map<uint64_t, uint64_t> xid_counts;  // XID → events seen since the agent started
+  uint64_t last_xid = 0;                    // the most recent XID, 0 when none
 };
 
 // Where the collector gets what the agent knows. Callbacks are called by

@@ -20,12 +20,13 @@ Result<std::pair<std::string, int>> ParseListenAddress(const std::string& addr) 
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   } else if (host.find(':') != std::string::npos) {
-    return InvalidArgument("metrics address '" + addr + "': write IPv6 hosts in brackets, [::1]:9400");
+    return InvalidArgument("metrics address '" + addr +
+                           "': write IPv6 hosts in brackets, [::1]:9400");
   }
   int port = -1;
   auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc() || p != port_text.data() + port_text.size() || port < 0 ||
-      port > 65535) {
+  if (port_text.empty() || ec != std::errc() || p != port_text.data() + port_text.size() ||
+      port < 0 || port > 65535) {
     return InvalidArgument("metrics address '" + addr + "': port '" + port_text +
                            "' is not a number from 0 to 65535");
   }
@@ -35,8 +36,8 @@ Result<std::pair<std::string, int>> ParseListenAddress(const std::string& addr) 
 
 Exporter::Exporter(ExporterOptions options, Sources sources)
     : options_(std::move(options)), collector_(options_.collector, std::move(sources), registry_) {
-  scrapes_ = &registry_.AddCounter("danqing_exporter_scrapes", "Scrapes served, by format.",
-                                   {"format"});
+  scrapes_ =
+      &registry_.AddCounter("danqing_exporter_scrapes", "Scrapes served, by format.", {"format"});
   AgentMetrics();  // build info is there from the start
 }
 
@@ -85,7 +86,9 @@ Result<std::unique_ptr<Exporter>> Exporter::Start(ExporterOptions options, Sourc
   return e;
 }
 
-Exporter::~Exporter() { Stop(); }
+Exporter::~Exporter() {
+  Stop();
+}
 
 void Exporter::Stop() {
   {

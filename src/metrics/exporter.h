@@ -90,10 +90,10 @@ class Exporter {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;                  // guarded by mu_
-  uint64_t requested_ = 0;                 // guarded by mu_: CollectNow requests
-  uint64_t completed_ = 0;                 // guarded by mu_: collections finished
-  std::shared_ptr<const Snapshot> snap_;   // guarded by mu_
+  bool stopping_ = false;                 // guarded by mu_
+  uint64_t requested_ = 0;                // guarded by mu_: CollectNow requests
+  uint64_t completed_ = 0;                // guarded by mu_: collections finished
+  std::shared_ptr<const Snapshot> snap_;  // guarded by mu_
   // Rendered snapshot per format, for snap_->generation; guarded by mu_.
   std::string cached_[2];
   uint64_t cached_generation_[2] = {0, 0};

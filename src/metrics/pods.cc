@@ -15,7 +15,9 @@ namespace danqing::metrics {
 
 namespace {
 
-bool IsHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+bool IsHex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
 
 // "8dd4b4c9-3b6e-4d0e-9c62-9b1b3b1a2f10" (systemd writes '_' for '-').
 std::optional<std::string> AsUid(std::string_view s) {
@@ -95,7 +97,8 @@ std::optional<CgroupIdentity> ParseCgroup(std::string_view text) {
   return best;
 }
 
-Result<std::optional<CgroupIdentity>> ReadProcessCgroup(const std::string& proc_root, uint32_t pid) {
+Result<std::optional<CgroupIdentity>> ReadProcessCgroup(const std::string& proc_root,
+                                                        uint32_t pid) {
   std::string path = proc_root + "/" + std::to_string(pid) + "/cgroup";
   std::ifstream in(path);
   if (!in) return NotFound("cannot read " + path);
@@ -139,11 +142,13 @@ Result<std::vector<CheckpointEntry>> ParseCheckpoint(std::string_view text) {
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument("checkpoint is not a JSON object");
   auto data = j.find("Data");
-  if (data == j.end() || !data->is_object()) return InvalidArgument("checkpoint has no Data object");
+  if (data == j.end() || !data->is_object())
+    return InvalidArgument("checkpoint has no Data object");
   std::vector<CheckpointEntry> out;
   auto entries = data->find("PodDeviceEntries");
   if (entries == data->end() || entries->is_null()) return out;
-  if (!entries->is_array()) return InvalidArgument("checkpoint Data.PodDeviceEntries is not a list");
+  if (!entries->is_array())
+    return InvalidArgument("checkpoint Data.PodDeviceEntries is not a list");
   for (const auto& e : *entries) {
     if (!e.is_object()) return InvalidArgument("checkpoint entry is not an object");
     CheckpointEntry ce;
@@ -212,8 +217,8 @@ class PodResourcesClient::Impl {
     if (!stub_) {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);
-      stub_ = v1::PodResourcesLister::NewStub(grpc::CreateCustomChannel(
-          "unix:" + socket_, grpc::InsecureChannelCredentials(), args));
+      stub_ = v1::PodResourcesLister::NewStub(
+          grpc::CreateCustomChannel("unix:" + socket_, grpc::InsecureChannelCredentials(), args));
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + deadline_);
@@ -226,9 +231,9 @@ class PodResourcesClient::Impl {
       return Unavailable("pod resources socket " + socket_ + ": " + s.error_message());
     }
     if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return Status(StatusCode::kDeadlineExceeded,
-                    "pod resources socket " + socket_ + ": no answer within " +
-                        std::to_string(deadline_.count()) + " ms");
+      return Status(StatusCode::kDeadlineExceeded, "pod resources socket " + socket_ +
+                                                       ": no answer within " +
+                                                       std::to_string(deadline_.count()) + " ms");
     }
     return Internal("pod resources socket " + socket_ + ": " + s.error_message());
   }

@@ -217,7 +217,9 @@ void Counter::Inc(double v) {
   if (v > 0) AtomicAdd(value_, v);
 }
 
-void Gauge::Inc(double v) { AtomicAdd(value_, v); }
+void Gauge::Inc(double v) {
+  AtomicAdd(value_, v);
+}
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
   std::sort(bounds_.begin(), bounds_.end());
@@ -228,7 +230,8 @@ Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
 }
 
 void Histogram::Observe(double v) {
-  size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  size_t i =
+      static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
   counts_[i].fetch_add(1, std::memory_order_relaxed);
   AtomicAdd(sum_, v);
 }
@@ -244,8 +247,8 @@ void Histogram::Read(std::vector<uint64_t>& cumulative, double& sum) const {
 }
 
 std::vector<double> LatencyBuckets() {
-  return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-          0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,    5,     10};
+  return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,    0.1,    0.25,    0.5,    1,     2.5,    5,     10};
 }
 
 template <typename T>
@@ -354,8 +357,8 @@ Family<Gauge>& Registry::AddInfo(const std::string& name, const std::string& hel
       if (auto* p = std::get_if<std::unique_ptr<Family<Gauge>>>(&e->family)) return **p;
     }
   }
-  auto fam = std::make_unique<Family<Gauge>>(
-      MetricFamily{name, help, MetricType::kInfo, "", {}}, std::move(label_names));
+  auto fam = std::make_unique<Family<Gauge>>(MetricFamily{name, help, MetricType::kInfo, "", {}},
+                                             std::move(label_names));
   auto& ref = *fam;
   entries_.push_back(std::make_unique<Entry>(Entry{name, std::move(fam)}));
   return ref;
@@ -371,8 +374,8 @@ Family<Histogram>& Registry::AddHistogram(const std::string& name, const std::st
     }
   }
   auto fam = std::make_unique<Family<Histogram>>(
-      MetricFamily{name, help, MetricType::kHistogram, std::move(unit), {}},
-      std::move(label_names), std::move(bounds));
+      MetricFamily{name, help, MetricType::kHistogram, std::move(unit), {}}, std::move(label_names),
+      std::move(bounds));
   auto& ref = *fam;
   entries_.push_back(std::make_unique<Entry>(Entry{name, std::move(fam)}));
   return ref;

@@ -44,7 +44,8 @@ struct MetricFamily {
   std::string name;  // counters: without "_total"; info: without "_info"
   std::string help;
   MetricType type = MetricType::kGauge;
-  std::string unit;  // OpenMetrics UNIT ("bytes", "seconds"); written only when it suffixes the name
+  std::string
+      unit;  // OpenMetrics UNIT ("bytes", "seconds"); written only when it suffixes the name
   std::vector<Sample> samples;
 };
 

@@ -15,17 +15,17 @@
 #include <thread>
 
 #include "metrics/agent_metrics.h"
+#include "testing/kubelet/kubelet_emulator.h"
 #include "tests/metrics/exposition.h"
 #include "tests/metrics/metrics_test_util.h"
-#include "testing/kubelet/kubelet_emulator.h"
 
 namespace danqing::metrics {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::Not;
 using test::Parse;
 using test::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kHost[] = "test-node";
 constexpr double kMiB = 1024.0 * 1024.0;
@@ -46,7 +46,8 @@ std::string Text(const Snapshot& s, Format f = Format::kText004) {
 
 // Samples of `name` for one device: its GPU UUID and, for MIG, GPU_I_ID.
 std::vector<const test::ParsedSample*> Series(const test::Exposition& e, const std::string& name,
-                                              const std::string& gpu_uuid, const std::string& gi = "") {
+                                              const std::string& gpu_uuid,
+                                              const std::string& gi = "") {
   std::vector<const test::ParsedSample*> out;
   for (const auto* s : e.Find(name, {{"UUID", gpu_uuid}})) {
     auto it = s->labels.find("GPU_I_ID");
@@ -56,8 +57,8 @@ std::vector<const test::ParsedSample*> Series(const test::Exposition& e, const s
   return out;
 }
 
-std::optional<double> One(const test::Exposition& e, const std::string& name, const std::string& gpu_uuid,
-                          const std::string& gi = "") {
+std::optional<double> One(const test::Exposition& e, const std::string& name,
+                          const std::string& gpu_uuid, const std::string& gi = "") {
   auto s = Series(e, name, gpu_uuid, gi);
   if (s.size() != 1) return std::nullopt;
   return std::stod(s[0]->value);
@@ -71,7 +72,9 @@ danqing::testing::CommandResult Promtool(const std::string& text) {
   return danqing::testing::RunCommand({"/bin/sh", "-c", "promtool check metrics < " + path});
 }
 
-bool HavePromtool() { return ::access("/usr/bin/promtool", X_OK) == 0; }
+bool HavePromtool() {
+  return ::access("/usr/bin/promtool", X_OK) == 0;
+}
 
 // --- every metric and label of every profile ---------------------------------
 
@@ -153,12 +156,15 @@ TEST_P(ProfileTest, EveryDeviceMetricAndLabel) {
     if (s.throttle_reasons) {
       auto reasons = Series(e, "danqing_gpu_throttle_reason", g.uuid);
       EXPECT_EQ(reasons.size(), 9u);
-      const std::map<std::string, uint64_t> bits = {
-          {"gpu_idle", 0x1},           {"applications_clocks_setting", 0x2},
-          {"sw_power_cap", 0x4},       {"hw_slowdown", 0x8},
-          {"sync_boost", 0x10},        {"sw_thermal_slowdown", 0x20},
-          {"hw_thermal_slowdown", 0x40}, {"hw_power_brake_slowdown", 0x80},
-          {"display_clock_setting", 0x100}};
+      const std::map<std::string, uint64_t> bits = {{"gpu_idle", 0x1},
+                                                    {"applications_clocks_setting", 0x2},
+                                                    {"sw_power_cap", 0x4},
+                                                    {"hw_slowdown", 0x8},
+                                                    {"sync_boost", 0x10},
+                                                    {"sw_thermal_slowdown", 0x20},
+                                                    {"hw_thermal_slowdown", 0x40},
+                                                    {"hw_power_brake_slowdown", 0x80},
+                                                    {"display_clock_setting", 0x100}};
       for (const auto* r : reasons) {
         const std::string& name = r->labels.at("reason");
         ASSERT_TRUE(bits.count(name)) << name;
@@ -183,8 +189,10 @@ TEST_P(ProfileTest, EveryDeviceMetricAndLabel) {
       auto ms = node.backend->ReadSensors(m.uuid);
       ASSERT_TRUE(ms.ok());
       if (ms->memory_total_bytes) {
-        EXPECT_EQ(One(e, "DCGM_FI_DEV_FB_TOTAL", g.uuid, gi), std::floor(*ms->memory_total_bytes / kMiB));
-        EXPECT_EQ(One(e, "DCGM_FI_DEV_FB_USED", g.uuid, gi), std::floor(*ms->memory_used_bytes / kMiB));
+        EXPECT_EQ(One(e, "DCGM_FI_DEV_FB_TOTAL", g.uuid, gi),
+                  std::floor(*ms->memory_total_bytes / kMiB));
+        EXPECT_EQ(One(e, "DCGM_FI_DEV_FB_USED", g.uuid, gi),
+                  std::floor(*ms->memory_used_bytes / kMiB));
       }
       EXPECT_EQ(Series(e, "danqing_gpu_healthy", g.uuid, gi).size(), 1u);
     }
@@ -211,8 +219,8 @@ TEST_P(ProfileTest, EveryDeviceMetricAndLabel) {
 
 INSTANTIATE_TEST_SUITE_P(Profiles, ProfileTest,
                          ::testing::Values("a100-8x-nvswitch", "a100-mig-mixed", "a100-mig-single",
-                                           "h100-2x-pcie-2numa", "h200-1x", "t4-1x", "v100-16x-dgx2",
-                                           "v100-8x-dgx1"),
+                                           "h100-2x-pcie-2numa", "h200-1x", "t4-1x",
+                                           "v100-16x-dgx2", "v100-8x-dgx1"),
                          [](const auto& p) {
                            std::string n = p.param;
                            for (char& ch : n) {
@@ -237,9 +245,10 @@ TEST(PodsTest, WholeGpuAndMigDevicesCarryPodLabels) {
   TempDir dir;
   danqing::testing::PodResourcesEmulator kubelet(dir.path() + "/kubelet.sock");
   ASSERT_TRUE(kubelet.Start().ok());
-  kubelet.SetPods({test::MakePod("art", "render-0", "main", {{"nvidia.com/mig-3g.40gb", {big->uuid}}}),
-                   test::MakePod("art", "render-1", "brush", {{"nvidia.com/gpu", {g3.uuid}}}),
-                   test::MakePod("other", "cpu-only", "app", {{"example.com/fpga", {"fpga-0"}}})});
+  kubelet.SetPods(
+      {test::MakePod("art", "render-0", "main", {{"nvidia.com/mig-3g.40gb", {big->uuid}}}),
+       test::MakePod("art", "render-1", "brush", {{"nvidia.com/gpu", {g3.uuid}}}),
+       test::MakePod("other", "cpu-only", "app", {{"example.com/fpga", {"fpga-0"}}})});
   v1::AllocatableResourcesResponse alloc;
   auto* d = alloc.add_devices();
   d->set_resource_name("nvidia.com/gpu");
@@ -309,17 +318,27 @@ TEST(PodsTest, TimeSlicedSplitFromPerProcessFigures) {
   std::string proc = dir.path() + "/proc";
   test::WriteFile(proc + "/1001/cgroup",
                   "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-                  "11111111_2222_3333_4444_555555555555.slice/cri-containerd-" + cid + ".scope\n");
-  test::WriteFile(proc + "/1002/cgroup",
-                  "12:memory:/kubepods/besteffort/pod" + uid_b + "/" + cid + "\n1:cpu:/kubepods/besteffort/pod" +
-                      uid_b + "/" + cid + "\n");
+                  "11111111_2222_3333_4444_555555555555.slice/cri-containerd-" +
+                      cid + ".scope\n");
+  test::WriteFile(proc + "/1002/cgroup", "12:memory:/kubepods/besteffort/pod" + uid_b + "/" + cid +
+                                             "\n1:cpu:/kubepods/besteffort/pod" + uid_b + "/" +
+                                             cid + "\n");
   test::WriteFile(proc + "/1003/cgroup", "0::/system.slice/ollama.service\n");
   const std::string id0 = g0.uuid + "::0", id1 = g0.uuid + "::1", id2 = g0.uuid + "::2";
   std::string checkpoint = dir.path() + "/kubelet_internal_checkpoint";
-  test::WriteFile(checkpoint, R"({"Data":{"PodDeviceEntries":[
-      {"PodUID":")" + uid_a + R"(","ContainerName":"main","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":[")" + id0 + R"("]}},
-      {"PodUID":")" + uid_b + R"(","ContainerName":"worker","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":[")" + id1 + R"("]}},
-      {"PodUID":"99999999-9999-9999-9999-999999999999","ContainerName":"idle","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":[")" + id2 + R"("]}}
+  test::WriteFile(
+      checkpoint,
+      R"({"Data":{"PodDeviceEntries":[
+      {"PodUID":")" +
+          uid_a +
+          R"(","ContainerName":"main","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":[")" + id0 +
+          R"("]}},
+      {"PodUID":")" +
+          uid_b +
+          R"(","ContainerName":"worker","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":[")" +
+          id1 + R"("]}},
+      {"PodUID":"99999999-9999-9999-9999-999999999999","ContainerName":"idle","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":[")" +
+          id2 + R"("]}}
       ],"RegisteredDevices":{}},"Checksum":1})");
 
   danqing::testing::PodResourcesEmulator kubelet(dir.path() + "/kubelet.sock");
@@ -338,10 +357,12 @@ TEST(PodsTest, TimeSlicedSplitFromPerProcessFigures) {
   ASSERT_TRUE(e.errors.empty());
 
   auto mem = [&](const std::string& pod) {
-    return e.Value("danqing_pod_gpu_memory_used_bytes", {{"pod", pod}, {"UUID", g0.uuid}, {"share", "shared"}});
+    return e.Value("danqing_pod_gpu_memory_used_bytes",
+                   {{"pod", pod}, {"UUID", g0.uuid}, {"share", "shared"}});
   };
   auto util = [&](const std::string& pod) {
-    return e.Value("danqing_pod_gpu_utilization", {{"pod", pod}, {"UUID", g0.uuid}, {"share", "shared"}});
+    return e.Value("danqing_pod_gpu_utilization",
+                   {{"pod", pod}, {"UUID", g0.uuid}, {"share", "shared"}});
   };
   EXPECT_EQ(mem("a"), 1000 * kMiB);
   EXPECT_EQ(util("a"), 30);
@@ -349,8 +370,10 @@ TEST(PodsTest, TimeSlicedSplitFromPerProcessFigures) {
   EXPECT_EQ(util("b"), 50);
   EXPECT_EQ(mem("c"), 0);
   EXPECT_EQ(util("c"), 0);
-  EXPECT_EQ(e.Find("danqing_pod_gpu_utilization", {{"pod", "a"}})[0]->labels.at("container"), "main");
-  EXPECT_EQ(e.Find("danqing_pod_gpu_utilization", {{"pod", "b"}})[0]->labels.at("container"), "worker");
+  EXPECT_EQ(e.Find("danqing_pod_gpu_utilization", {{"pod", "a"}})[0]->labels.at("container"),
+            "main");
+  EXPECT_EQ(e.Find("danqing_pod_gpu_utilization", {{"pod", "b"}})[0]->labels.at("container"),
+            "worker");
   EXPECT_EQ(One(e, "danqing_gpu_unattributed_processes", g0.uuid), 2);
   EXPECT_EQ(One(e, "danqing_gpu_processes", g0.uuid), 4);
   EXPECT_EQ(One(e, "danqing_gpu_allocated_devices", g0.uuid), 3);
@@ -420,8 +443,9 @@ TEST(ExporterTest, KubeletSocketMissingStillServesAndSaysWhy) {
   auto r = test::Get(s.exporter->port());
   ASSERT_EQ(r.status, 200);
   auto e = Parse(r.body);
-  EXPECT_EQ(e.Find("DCGM_FI_DEV_FB_USED").size(),
-            2u + s.node.inventory->gpus[0].mig_devices.size() + s.node.inventory->gpus[1].mig_devices.size());
+  EXPECT_EQ(e.Find("DCGM_FI_DEV_FB_USED").size(), 2u +
+                                                      s.node.inventory->gpus[0].mig_devices.size() +
+                                                      s.node.inventory->gpus[1].mig_devices.size());
   EXPECT_GE(e.Value("danqing_pod_resources_errors_total", {{"reason", "socket_missing"}}), 1);
   EXPECT_EQ(e.Value("danqing_pod_resources_up"), 0);
   EXPECT_TRUE(e.Find("danqing_gpu_allocated_devices").empty());  // unknown, not "0"
@@ -434,7 +458,9 @@ TEST(ExporterTest, KubeletSocketMissingStillServesAndSaysWhy) {
   ASSERT_TRUE(s.exporter->CollectNow().ok());
   auto e2 = Parse(test::Get(s.exporter->port()).body);
   EXPECT_EQ(e2.Value("danqing_pod_resources_up"), 1);
-  EXPECT_EQ(e2.Find("DCGM_FI_DEV_FB_USED", {{"pod", "p"}, {"GPU_I_ID", std::to_string(m.gpu_instance_id)}}).size(),
+  EXPECT_EQ(e2.Find("DCGM_FI_DEV_FB_USED",
+                    {{"pod", "p"}, {"GPU_I_ID", std::to_string(m.gpu_instance_id)}})
+                .size(),
             1u);
 }
 
@@ -482,7 +508,8 @@ TEST(ExporterTest, ConcurrentScrapesWhileCollecting) {
         bool om = (t + i) % 2 == 0;
         auto r = test::Get(s.exporter->port(), om ? test::kPrometheusAccept : "");
         auto e = Parse(r.body);
-        bool ok = r.status == 200 && e.errors.empty() && e.Find("DCGM_FI_DEV_GPU_TEMP").size() == gpus &&
+        bool ok = r.status == 200 && e.errors.empty() &&
+                  e.Find("DCGM_FI_DEV_GPU_TEMP").size() == gpus &&
                   (!om || r.body.ends_with("# EOF\n"));
         (ok ? good : bad)++;
       }
@@ -539,9 +566,11 @@ TEST(ExporterTest, NvmlFailuresAndLostGpuAreCounted) {
   const auto& g2 = s.node.inventory->gpus[2];
   const auto& g1 = s.node.inventory->gpus[1];
   auto before = Parse(test::Get(s.exporter->port()).body);
-  double unknown_before = before.Value("danqing_nvml_errors_total", {{"code", "internal"}}).value_or(0) +
-                          before.Value("danqing_nvml_errors_total", {{"code", "unavailable"}}).value_or(0);
-  s.node.fake.Control(R"({"cmd":"fail","gpu":2,"function":"nvmlDeviceGetTemperature","error":"UNKNOWN"})");
+  double unknown_before =
+      before.Value("danqing_nvml_errors_total", {{"code", "internal"}}).value_or(0) +
+      before.Value("danqing_nvml_errors_total", {{"code", "unavailable"}}).value_or(0);
+  s.node.fake.Control(
+      R"({"cmd":"fail","gpu":2,"function":"nvmlDeviceGetTemperature","error":"UNKNOWN"})");
   s.node.fake.Control(R"({"cmd":"lost","gpu":1,"xid":false})");
   ASSERT_TRUE(s.exporter->CollectNow().ok());
   auto e = Parse(test::Get(s.exporter->port()).body);

@@ -20,11 +20,11 @@ struct Exposition {
   std::vector<ParsedSample> samples;
   std::map<std::string, std::string> types;  // name on the TYPE line → type
   std::map<std::string, std::string> helps;
-  std::vector<std::string> errors;           // lines that did not parse
+  std::vector<std::string> errors;  // lines that did not parse
 
   // Samples named `name` whose labels include every pair in `match`.
-  std::vector<const ParsedSample*> Find(const std::string& name,
-                                        const std::map<std::string, std::string>& match = {}) const {
+  std::vector<const ParsedSample*> Find(
+      const std::string& name, const std::map<std::string, std::string>& match = {}) const {
     std::vector<const ParsedSample*> out;
     for (const auto& s : samples) {
       if (s.name != name) continue;

@@ -7,9 +7,9 @@
 
 #include "deviceplugin/plugin_manager.h"
 #include "metrics/agent_metrics.h"
+#include "testing/kubelet/kubelet_emulator.h"
 #include "tests/metrics/exposition.h"
 #include "tests/metrics/metrics_test_util.h"
-#include "testing/kubelet/kubelet_emulator.h"
 
 namespace danqing::metrics {
 namespace {
@@ -50,7 +50,8 @@ TEST(PluginMetricsTest, RegistrationsAndAllocateCallsAreRecorded) {
   EXPECT_EQ(Value("danqing_plugin_registrations_total", gpu), regs + 1);
   EXPECT_EQ(Value("danqing_plugin_allocate_duration_seconds_count", gpu), allocs + 2);
   EXPECT_EQ(Value("danqing_plugin_allocate_errors_total", gpu), errors + 1);
-  EXPECT_EQ(Value("danqing_plugin_preferred_allocation_duration_seconds_count", gpu), preferred + 1);
+  EXPECT_EQ(Value("danqing_plugin_preferred_allocation_duration_seconds_count", gpu),
+            preferred + 1);
   EXPECT_GT(Value("danqing_plugin_allocate_duration_seconds_sum", gpu), 0);
 }
 

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "metrics/exporter.h"
-#include "tests/metrics/metrics_test_util.h"
 #include "testing/kubelet/kubelet_emulator.h"
+#include "tests/metrics/metrics_test_util.h"
 
 namespace danqing::metrics {
 namespace {
@@ -44,7 +44,8 @@ json WaitFor(int port, const std::string& promql, size_t want) {
 
 TEST(PrometheusTest, RealPrometheusScrapesSeriesAndLabels) {
   if (::access("/usr/bin/prometheus", X_OK) != 0) {
-    GTEST_SKIP() << "prometheus not installed (Debian package prometheus); integration test skipped";
+    GTEST_SKIP()
+        << "prometheus not installed (Debian package prometheus); integration test skipped";
   }
   test::Node node("a100-mig-mixed");
   ASSERT_TRUE(node.inventory);

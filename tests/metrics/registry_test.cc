@@ -4,7 +4,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -71,7 +70,8 @@ TEST(RegistryTest, EscapesLabelValuesAndHelp) {
   ASSERT_TRUE(parsed.errors.empty());
   EXPECT_EQ(parsed.Find("g")[0]->labels.at("v"), "a\"b\\c\nd");
   // OpenMetrics escapes quotes in HELP too.
-  EXPECT_THAT(RenderAll(r, Format::kOpenMetrics100), HasSubstr("# HELP g line1\\nback\\\\slash \\\"q\\\"\n"));
+  EXPECT_THAT(RenderAll(r, Format::kOpenMetrics100),
+              HasSubstr("# HELP g line1\\nback\\\\slash \\\"q\\\"\n"));
 }
 
 TEST(RegistryTest, ValuesRoundTrip) {
@@ -118,35 +118,44 @@ TEST(RegistryTest, ConcurrentIncrementsAreNotLost) {
 TEST(RegistryTest, InfoFamily) {
   Registry r;
   r.AddInfo("danqing_build", "Build.", {"version"}).WithLabels({"1.2"}).Set(1);
-  EXPECT_THAT(RenderAll(r, Format::kText004),
-              HasSubstr("# TYPE danqing_build_info gauge\ndanqing_build_info{version=\"1.2\"} 1\n"));
+  EXPECT_THAT(
+      RenderAll(r, Format::kText004),
+      HasSubstr("# TYPE danqing_build_info gauge\ndanqing_build_info{version=\"1.2\"} 1\n"));
   EXPECT_THAT(RenderAll(r, Format::kOpenMetrics100),
               HasSubstr("# TYPE danqing_build info\ndanqing_build_info{version=\"1.2\"} 1\n"));
 }
 
 TEST(RegistryTest, UnknownTypeNamesStayExact) {
-  std::vector<MetricFamily> fams{{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "x", MetricType::kUnknown, "", {{"", {}, 3}}}};
+  std::vector<MetricFamily> fams{
+      {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "x", MetricType::kUnknown, "", {{"", {}, 3}}}};
   std::string text, om;
   Render(fams, Format::kText004, text);
   Render(fams, Format::kOpenMetrics100, om);
-  EXPECT_THAT(text, HasSubstr("# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL untyped\nDCGM_FI_DEV_ECC_SBE_VOL_TOTAL 3\n"));
-  EXPECT_THAT(om, HasSubstr("# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL unknown\nDCGM_FI_DEV_ECC_SBE_VOL_TOTAL 3\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL untyped\nDCGM_FI_DEV_ECC_SBE_VOL_TOTAL 3\n"));
+  EXPECT_THAT(
+      om,
+      HasSubstr("# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL unknown\nDCGM_FI_DEV_ECC_SBE_VOL_TOTAL 3\n"));
 }
 
 TEST(NegotiateTest, Formats) {
   // What Prometheus 2.42 sends.
-  EXPECT_EQ(NegotiateFormat("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-                            "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
-            Format::kOpenMetrics100);
+  EXPECT_EQ(
+      NegotiateFormat("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                      "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
+      Format::kOpenMetrics100);
   EXPECT_EQ(NegotiateFormat(""), Format::kText004);
   EXPECT_EQ(NegotiateFormat("*/*"), Format::kText004);
   EXPECT_EQ(NegotiateFormat("text/plain;version=0.0.4"), Format::kText004);
   EXPECT_EQ(NegotiateFormat("application/openmetrics-text"), Format::kOpenMetrics100);
-  EXPECT_EQ(NegotiateFormat("Application/OpenMetrics-Text; Version=1.0.0"), Format::kOpenMetrics100);
+  EXPECT_EQ(NegotiateFormat("Application/OpenMetrics-Text; Version=1.0.0"),
+            Format::kOpenMetrics100);
   // Only a version we do not write: text.
   EXPECT_EQ(NegotiateFormat("application/openmetrics-text;version=0.0.1"), Format::kText004);
   // Text preferred by q.
-  EXPECT_EQ(NegotiateFormat("application/openmetrics-text;q=0.2,text/plain;q=0.9"), Format::kText004);
+  EXPECT_EQ(NegotiateFormat("application/openmetrics-text;q=0.2,text/plain;q=0.9"),
+            Format::kText004);
   EXPECT_EQ(NegotiateFormat("application/openmetrics-text;q=0"), Format::kText004);
   EXPECT_EQ(NegotiateFormat("garbage;;;=,"), Format::kText004);
   EXPECT_THAT(std::string(ContentType(Format::kOpenMetrics100)),
@@ -171,7 +180,9 @@ TEST(AgentMetricsTest, RegisteredInDefaultRegistry) {
   auto p = test::Parse(RenderAll(DefaultRegistry(), Format::kText004));
   EXPECT_EQ(p.Value("danqing_build_info", {{"version", BuildVersion()}}), 1);
   EXPECT_GE(*p.Value("danqing_plugin_registrations_total", {{"resource", "nvidia.com/gpu"}}), 1);
-  EXPECT_GE(*p.Value("danqing_plugin_allocate_duration_seconds_count", {{"resource", "nvidia.com/gpu"}}), 1);
+  EXPECT_GE(
+      *p.Value("danqing_plugin_allocate_duration_seconds_count", {{"resource", "nvidia.com/gpu"}}),
+      1);
   EXPECT_GE(*p.Value("danqing_config_reloads_total", {{"result", "failed"}}), 1);
 }
 
@@ -181,16 +192,19 @@ constexpr char kUid[] = "8dd4b4c9-3b6e-4d0e-9c62-9b1b3b1a2f10";
 constexpr char kCid[] = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
 
 TEST(CgroupTest, V2SystemdContainerd) {
-  auto id = ParseCgroup(std::string("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod") +
-                        "8dd4b4c9_3b6e_4d0e_9c62_9b1b3b1a2f10.slice/cri-containerd-" + kCid + ".scope\n");
+  auto id = ParseCgroup(
+      std::string("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod") +
+      "8dd4b4c9_3b6e_4d0e_9c62_9b1b3b1a2f10.slice/cri-containerd-" + kCid + ".scope\n");
   ASSERT_TRUE(id);
   EXPECT_EQ(id->pod_uid, kUid);
   EXPECT_EQ(id->container_id, kCid);
 }
 
 TEST(CgroupTest, V2SystemdGuaranteedCrio) {
-  auto id = ParseCgroup(std::string("0::/kubepods.slice/kubepods-pod8dd4b4c9_3b6e_4d0e_9c62_9b1b3b1a2f10.slice/crio-") +
-                        kCid + ".scope");
+  auto id = ParseCgroup(
+      std::string(
+          "0::/kubepods.slice/kubepods-pod8dd4b4c9_3b6e_4d0e_9c62_9b1b3b1a2f10.slice/crio-") +
+      kCid + ".scope");
   ASSERT_TRUE(id);
   EXPECT_EQ(id->pod_uid, kUid);
   EXPECT_EQ(id->container_id, kCid);
@@ -198,7 +212,8 @@ TEST(CgroupTest, V2SystemdGuaranteedCrio) {
 
 TEST(CgroupTest, V1CgroupfsDocker) {
   std::string text = std::string("12:pids:/kubepods/besteffort/pod") + kUid + "/" + kCid + "\n" +
-                     "11:memory:/kubepods/besteffort/pod" + kUid + "/" + kCid + "\n" + "1:name=systemd:/\n";
+                     "11:memory:/kubepods/besteffort/pod" + kUid + "/" + kCid + "\n" +
+                     "1:name=systemd:/\n";
   auto id = ParseCgroup(text);
   ASSERT_TRUE(id);
   EXPECT_EQ(id->pod_uid, kUid);
@@ -206,17 +221,19 @@ TEST(CgroupTest, V1CgroupfsDocker) {
 }
 
 TEST(CgroupTest, V1SystemdDockerScope) {
-  auto id = ParseCgroup(std::string("4:devices:/kubepods.slice/kubepods-besteffort.slice/") +
-                        "kubepods-besteffort-pod8dd4b4c9_3b6e_4d0e_9c62_9b1b3b1a2f10.slice/docker-" + kCid +
-                        ".scope\n");
+  auto id =
+      ParseCgroup(std::string("4:devices:/kubepods.slice/kubepods-besteffort.slice/") +
+                  "kubepods-besteffort-pod8dd4b4c9_3b6e_4d0e_9c62_9b1b3b1a2f10.slice/docker-" +
+                  kCid + ".scope\n");
   ASSERT_TRUE(id);
   EXPECT_EQ(id->pod_uid, kUid);
   EXPECT_EQ(id->container_id, kCid);
 }
 
 TEST(CgroupTest, KindNestedAndPodLevelOnly) {
-  auto id = ParseCgroup(std::string("0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/") +
-                        "kubelet-kubepods-besteffort-pod8dd4b4c9_3b6e_4d0e_9c62_9b1b3b1a2f10.slice\n");
+  auto id = ParseCgroup(
+      std::string("0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/") +
+      "kubelet-kubepods-besteffort-pod8dd4b4c9_3b6e_4d0e_9c62_9b1b3b1a2f10.slice\n");
   ASSERT_TRUE(id);
   EXPECT_EQ(id->pod_uid, kUid);
   EXPECT_EQ(id->container_id, "");
@@ -268,8 +285,9 @@ TEST(CheckpointTest, BadInput) {
   EXPECT_EQ(ParseCheckpoint(R"({"Checksum":1})").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseCheckpoint(R"({"Data":{"PodDeviceEntries":{}}})").status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseCheckpoint(R"({"Data":{"PodDeviceEntries":[{"ContainerName":"c"}]}})").status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ParseCheckpoint(R"({"Data":{"PodDeviceEntries":[{"ContainerName":"c"}]}})").status().code(),
+      StatusCode::kInvalidArgument);
 }
 
 TEST(DeviceIdTest, Replicas) {

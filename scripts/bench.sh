@@ -10,3 +10,4 @@ build/default/bench/health_bench
 build/default/bench/render_bench --benchmark_min_time=2
 # The service under load (wrk) at 1x, 2x, 4x saturation; see bench/load/run.sh.
 bench/load/run.sh
+build/default/bench/metrics_bench --benchmark_min_time=0.5

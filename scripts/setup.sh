@@ -19,6 +19,8 @@ PACKAGES=(
   buildah
   # the service's web-page test (headless) and load test
   chromium wrk
+  # metrics: a real Prometheus for the integration test
+  prometheus
 )
 
 missing=()

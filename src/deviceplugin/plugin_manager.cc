@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "metrics/agent_metrics.h"
 
 namespace danqing::deviceplugin {
 
@@ -208,6 +209,7 @@ void PluginManager::TryRegister(Entry& e) {
   if (st.ok()) {
     e.registered = true;
     e.registrations++;
+    metrics::AgentMetrics().registrations.WithLabels({e.resource}).Inc();
     e.last_registered = Clock::now();
     e.last_error.clear();
     e.retry_at.reset();
@@ -215,6 +217,7 @@ void PluginManager::TryRegister(Entry& e) {
     spdlog::info("plugin: resource={} registered with the kubelet (endpoint {})", e.resource, e.socket_name);
   } else {
     e.last_error = "Register: " + st.error_message();
+    metrics::AgentMetrics().registration_failures.WithLabels({e.resource}).Inc();
     e.retry_at = Clock::now() + e.backoff;
     spdlog::warn("plugin: resource={} Register failed ({}), retry in {} ms", e.resource, st.error_message(),
                  e.backoff.count());

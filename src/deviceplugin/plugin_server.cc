@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "metrics/agent_metrics.h"
 
 namespace danqing::deviceplugin {
 
@@ -34,6 +36,21 @@ v1beta1::ListAndWatchResponse ToListAndWatch(const Resource* r) {
 }
 
 class Watcher;
+
+// Observes the time from construction to destruction into a histogram.
+class CallTimer {
+ public:
+  explicit CallTimer(metrics::Histogram& h) : h_(h), start_(std::chrono::steady_clock::now()) {}
+  ~CallTimer() {
+    h_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+
+ private:
+  metrics::Histogram& h_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace
 
@@ -209,6 +226,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
                                                    const v1beta1::PreferredAllocationRequest* req,
                                                    v1beta1::PreferredAllocationResponse* resp) override {
     hub_->counters->preferred_calls++;
+    CallTimer timer(metrics::AgentMetrics().preferred_seconds.WithLabels({hub_->resource()}));
     auto set = hub_->set();
     const Resource* resource = set ? set->Find(hub_->resource()) : nullptr;
     std::shared_ptr<const PreferredAllocator> alloc;
@@ -241,10 +259,14 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
                                      v1beta1::AllocateResponse* resp) override {
     hub_->counters->allocate_calls++;
     auto* r = ctx->DefaultReactor();
+    std::optional<CallTimer> timer;
+    timer.emplace(metrics::AgentMetrics().allocate_seconds.WithLabels({hub_->resource()}));
     auto set = hub_->set();
     const Resource* resource = set ? set->Find(hub_->resource()) : nullptr;
     if (resource == nullptr) {
       hub_->counters->allocate_errors++;
+      metrics::AgentMetrics().allocate_errors.WithLabels({hub_->resource()}).Inc();
+      timer.reset();
       r->Finish({grpc::StatusCode::FAILED_PRECONDITION,
                  "resource " + hub_->resource() + " is no longer advertised by this node"});
       return r;
@@ -254,12 +276,15 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
       auto cresp = BuildContainerResponse(*resource, ids, hub_->options());
       if (!cresp.ok()) {
         hub_->counters->allocate_errors++;
+        metrics::AgentMetrics().allocate_errors.WithLabels({hub_->resource()}).Inc();
+        timer.reset();
         spdlog::warn("allocate: resource={} refused: {}", hub_->resource(), cresp.status().message());
         r->Finish(ToGrpc(cresp.status()));
         return r;
       }
       *resp->add_container_responses() = std::move(cresp).value();
     }
+    timer.reset();
     r->Finish(grpc::Status::OK);
     return r;
   }

@@ -1,0 +1,120 @@
+// Integration: a real Prometheus (Debian's package, loopback, temp dir)
+// scrapes the exporter serving a fake node; the series and labels are checked
+// through Prometheus's HTTP API. Skipped, visibly, where prometheus is absent.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "metrics/exporter.h"
+#include "testing/kubelet/kubelet_emulator.h"
+#include "tests/metrics/metrics_test_util.h"
+
+namespace danqing::metrics {
+namespace {
+
+using nlohmann::json;
+
+// GET /api/v1/query on Prometheus; the `data.result` array (empty on error).
+json Query(int port, const std::string& promql) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_connection_timeout(2);
+  cli.set_read_timeout(5);
+  auto res = cli.Get("/api/v1/query", httplib::Params{{"query", promql}}, httplib::Headers{});
+  if (!res || res->status != 200) return json::array();
+  auto j = json::parse(res->body, nullptr, false);
+  if (j.is_discarded() || j.value("status", "") != "success") return json::array();
+  return j["data"]["result"];
+}
+
+// Polls `promql` until it returns at least `want` series, up to 60 s (an
+// external server scraping on its own schedule: there is no event to wait on).
+json WaitFor(int port, const std::string& promql, size_t want) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  json r = json::array();
+  while (std::chrono::steady_clock::now() < deadline) {
+    r = Query(port, promql);
+    if (r.size() >= want) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return r;
+}
+
+TEST(PrometheusTest, RealPrometheusScrapesSeriesAndLabels) {
+  if (::access("/usr/bin/prometheus", X_OK) != 0) {
+    GTEST_SKIP()
+        << "prometheus not installed (Debian package prometheus); integration test skipped";
+  }
+  test::Node node("a100-mig-mixed");
+  ASSERT_TRUE(node.inventory);
+  const auto& g3 = node.inventory->gpus[3];
+  test::TempDir dir;
+  danqing::testing::PodResourcesEmulator kubelet(dir.path() + "/kubelet.sock");
+  ASSERT_TRUE(kubelet.Start().ok());
+  kubelet.SetPods({test::MakePod("art", "render-0", "main", {{"nvidia.com/gpu", {g3.uuid}}})});
+
+  ExporterOptions o;
+  o.listen = "127.0.0.1:0";
+  o.interval = std::chrono::milliseconds(500);
+  o.collector.hostname = "gpu-node-1";
+  o.collector.kubelet_checkpoint = "";
+  o.collector.pod_resources_socket = kubelet.socket_path();
+  auto ex = Exporter::Start(o, node.MakeSources());
+  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
+
+  std::string script = std::string(DANQING_SOURCE_DIR) + "/testing/prometheus/run-prometheus.sh";
+  danqing::testing::ChildProcess prom(
+      {"/bin/bash", script, dir.path() + "/prom", "127.0.0.1:" + std::to_string((*ex)->port())});
+  // The script writes the port before it execs prometheus.
+  int port = 0;
+  for (int i = 0; i < 200 && port == 0; ++i) {
+    std::ifstream in(dir.path() + "/prom/port");
+    if (!(in >> port)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(port, 0) << prom.Output();
+
+  auto up = WaitFor(port, "up{job=\"danqing\"} == 1", 1);
+  ASSERT_EQ(up.size(), 1u) << "Prometheus never scraped the exporter:\n" << prom.Output();
+
+  auto util = WaitFor(port, "DCGM_FI_DEV_FB_USED", 4 + 4 + 7 + 2);
+  ASSERT_EQ(util.size(), 17u) << util.dump();  // 4 GPUs + 13 MIG devices
+  size_t mig = 0, with_pod = 0;
+  for (const auto& s : util) {
+    const auto& m = s["metric"];
+    for (const char* l : {"gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id"}) {
+      EXPECT_TRUE(m.contains(l)) << l << " missing in " << m.dump();
+    }
+    EXPECT_EQ(m["Hostname"], "gpu-node-1");
+    EXPECT_EQ(m["job"], "danqing");
+    if (m.contains("GPU_I_PROFILE")) {
+      ++mig;
+      EXPECT_TRUE(m.contains("GPU_I_ID"));
+    }
+    if (m.contains("pod")) {
+      ++with_pod;
+      EXPECT_EQ(m["UUID"], g3.uuid);
+      EXPECT_EQ(m["namespace"], "art");
+      EXPECT_EQ(m["pod"], "render-0");
+      EXPECT_EQ(m["container"], "main");
+    }
+  }
+  EXPECT_EQ(mig, 13u);
+  EXPECT_EQ(with_pod, 1u);
+
+  auto gpu_util = WaitFor(port, "DCGM_FI_DEV_GPU_UTIL", 4);
+  EXPECT_EQ(gpu_util.size(), 4u);
+  auto pod = WaitFor(port, "danqing_pod_gpu_utilization{pod=\"render-0\",share=\"exclusive\"}", 1);
+  EXPECT_EQ(pod.size(), 1u);
+  auto build = WaitFor(port, "danqing_build_info", 1);
+  EXPECT_EQ(build.size(), 1u);
+  // Prometheus asks for OpenMetrics first; the exporter must have answered in it.
+  auto om = WaitFor(port, "danqing_exporter_scrapes_total{format=\"openmetrics\"} > 0", 1);
+  EXPECT_EQ(om.size(), 1u);
+  auto health = WaitFor(port, "danqing_gpu_healthy == 1", 17);
+  EXPECT_EQ(health.size(), 17u);
+}
+
+}  // namespace
+}  // namespace danqing::metrics

@@ -27,6 +27,7 @@
 #include "config/config.h"
 #include "gpu/nvml_backend.h"
 #include "gpu/report.h"
+#include "metrics/agent_metrics.h"
 
 namespace {
 
@@ -119,14 +120,18 @@ int Serve(const danqing::config::CommandLine& cl, danqing::config::Config cfg) {
     if (sigwait(&signals, &sig) != 0) continue;
     if (sig == SIGHUP) {
       auto next = danqing::config::Resolve(cl, danqing::config::ProcessEnvironment());
+      auto& reloads = danqing::metrics::AgentMetrics().reloads;
       if (!next.ok()) {
         spdlog::error("reload: {} (keeping the running configuration)", next.status().ToString());
+        reloads.WithLabels({"failed"}).Inc();
         continue;
       }
       if (auto st = agent.Reload(*next); !st.ok()) {
         spdlog::error("reload: {}", st.ToString());
+        reloads.WithLabels({"failed"}).Inc();
         continue;
       }
+      reloads.WithLabels({"ok"}).Inc();
       cfg = std::move(next).value();
       continue;
     }

@@ -9,6 +9,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"danqing: poetic calligraphy over ink-wash paintings"};
+  app.set_version_flag("--version", "danqing " DANQING_VERSION);
   app.require_subcommand(1);
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off [env DANQING_LOG_LEVEL]");

@@ -2,10 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "agent/labels.h"
+#include "metrics/agent_metrics.h"
 #include "gpu/nvml_backend.h"
 
 namespace danqing::agent {
@@ -141,7 +143,7 @@ Status Agent::StartChecker(const config::Config& cfg, const gpu::NodeInventory& 
   if (!opts.ok()) return opts.status();
   StopChecker();
   checker_options_ = *opts;
-  checker_ = std::make_unique<health::Checker>(
+  auto checker = std::make_unique<health::Checker>(
       *backend_, std::move(opts).value(),
       [this](const std::map<std::string, std::string>& unhealthy) { Publish(unhealthy); },
       [this] {
@@ -151,14 +153,19 @@ Status Agent::StartChecker(const config::Config& cfg, const gpu::NodeInventory& 
           spdlog::info("agent: MIG layout changed; it is picked up on the next reload");
         }
       });
-  checker_->Start(inventory);
+  checker->Start(inventory);
+  std::lock_guard slock(sources_mu_);
+  checker_ = std::move(checker);
   return Status::Ok();
 }
 
 void Agent::StopChecker() {
   if (!checker_) return;
   checker_->Stop();
-  checker_.reset();
+  {
+    std::lock_guard slock(sources_mu_);
+    checker_.reset();
+  }
   Publish({});  // no checker, no health conditions
 }
 
@@ -184,12 +191,14 @@ Status Agent::Start(const config::Config& cfg) {
     degraded_ = true;
   } else {
     base_ = built->set;
+    inventory_ = std::make_shared<const gpu::NodeInventory>(built->inventory);
   }
   {
     std::lock_guard plock(publish_mu_);
     manager_ = std::make_unique<deviceplugin::PluginManager>(manager_options_);
     if (Status st = manager_->Start(deviceplugin::WithHealth(*base_, unhealthy_)); !st.ok()) return st;
   }
+  StartMetrics(cfg);
   if (degraded_) {
     retry_stop_ = false;
     retry_ = std::thread([this] { RetryLoop(); });
@@ -217,7 +226,11 @@ void Agent::RetryLoop() {
       spdlog::warn("agent: still no GPUs: {}", built.status().ToString());
       continue;
     }
-    backend_ = std::move(fresh);
+    {
+      std::lock_guard slock(sources_mu_);
+      backend_ = std::move(fresh);
+      inventory_ = std::make_shared<const gpu::NodeInventory>(built->inventory);
+    }
     nvml_lib_ = cfg_.danqing.nvml_lib;
     degraded_ = false;
     SetBase(built->set);
@@ -248,12 +261,15 @@ Status Agent::Reload(const config::Config& cfg) {
       cfg.danqing.xid_quiet_period != cfg_.danqing.xid_quiet_period ||
       cfg.danqing.health_check_interval != cfg_.danqing.health_check_interval;
   if (new_backend || health_changed) StopChecker();  // it holds a reference to backend_
-  if (new_backend) {
-    backend_ = std::move(fresh);
-    nvml_lib_ = cfg.danqing.nvml_lib;
+  {
+    std::lock_guard slock(sources_mu_);
+    if (new_backend) backend_ = std::move(fresh);
+    inventory_ = std::make_shared<const gpu::NodeInventory>(built->inventory);
   }
+  if (new_backend) nvml_lib_ = cfg.danqing.nvml_lib;
   degraded_ = false;
   cfg_ = cfg;
+  StartMetrics(cfg);
   auto mopts = ManagerOptionsFrom(cfg);
   Status result = Status::Ok();
   if (mopts == manager_options_) {
@@ -277,6 +293,7 @@ Status Agent::Reload(const config::Config& cfg) {
 }
 
 void Agent::Stop() {
+  if (exporter_) exporter_->Stop();  // its collector reads under state_mu_
   {
     std::lock_guard lock(retry_mu_);
     retry_stop_ = true;
@@ -286,19 +303,84 @@ void Agent::Stop() {
   std::lock_guard lock(state_mu_);
   if (checker_) {
     checker_->Stop();
+    std::lock_guard slock(sources_mu_);
     checker_.reset();
   }
   std::lock_guard plock(publish_mu_);
   if (manager_) manager_->Stop();
 }
 
+metrics::Sources Agent::MetricsSources() {
+  metrics::Sources src;
+  src.inventory = [this] {
+    std::lock_guard lock(sources_mu_);
+    return inventory_;
+  };
+  src.read_sensors = [this](const std::string& uuid) -> Result<gpu::Sensors> {
+    std::lock_guard lock(sources_mu_);
+    if (!backend_) return Status(StatusCode::kUnavailable, "no GPU backend");
+    return backend_->ReadSensors(uuid);
+  };
+  src.health = [this] {
+    std::vector<metrics::DeviceHealth> out;
+    for (const auto& h : Health()) {
+      metrics::DeviceHealth m;
+      m.uuid = h.uuid;
+      m.healthy = h.healthy;
+      m.reason = h.reason;
+      m.xid_counts = h.xid_counts;
+      m.last_xid = h.last_xid;
+      out.push_back(std::move(m));
+    }
+    return out;
+  };
+  src.health_transitions = [this] { return HealthTransitions(); };
+  return src;
+}
+
+void Agent::StartMetrics(const config::Config& cfg) {
+  if (exporter_ && cfg.danqing.metrics_addr == metrics_addr_) return;
+  if (exporter_) {
+    exporter_->Stop();  // its collector takes only sources_mu_, which we do not hold
+    exporter_.reset();
+  }
+  metrics_addr_ = cfg.danqing.metrics_addr;
+  if (metrics_addr_.empty()) return;
+  metrics::ExporterOptions o;
+  o.listen = metrics_addr_;
+  const char* node = std::getenv("NODE_NAME");
+  o.collector.hostname = node != nullptr ? node : "";
+  o.collector.pod_resources_socket = cfg.danqing.pod_resources_socket;
+  o.collector.kubelet_checkpoint = cfg.danqing.device_plugin_path + "/kubelet_internal_checkpoint";
+  o.ready = [this] {
+    std::lock_guard lock(publish_mu_);
+    if (!manager_) return false;
+    for (const auto& st : manager_->Statuses()) {
+      if (!st.registered) return false;
+    }
+    return true;
+  };
+  auto e = metrics::Exporter::Start(o, MetricsSources());
+  if (!e.ok()) {
+    spdlog::error("agent: metrics endpoint {} not started: {}", metrics_addr_, e.status().ToString());
+    return;
+  }
+  exporter_ = std::move(e).value();
+  spdlog::info("agent: metrics on {} (port {}): /metrics, /healthz, /readyz", metrics_addr_, exporter_->port());
+}
+
+int Agent::metrics_port() const {
+  std::lock_guard lock(state_mu_);  // exporter_ changes only under state_mu_
+  return exporter_ ? exporter_->port() : 0;
+}
+
 std::vector<health::DeviceHealth> Agent::Health() const {
-  std::lock_guard lock(state_mu_);
+  std::lock_guard lock(sources_mu_);
   return checker_ ? checker_->Snapshot() : std::vector<health::DeviceHealth>{};
 }
 
 std::map<std::string, uint64_t> Agent::HealthTransitions() const {
-  std::lock_guard lock(state_mu_);
+  std::lock_guard lock(sources_mu_);
   return checker_ ? checker_->transitions() : std::map<std::string, uint64_t>{};
 }
 

@@ -24,6 +24,7 @@
 #include "deviceplugin/plugin_manager.h"
 #include "gpu/backend.h"
 #include "health/checker.h"
+#include "metrics/exporter.h"
 
 namespace danqing::agent {
 
@@ -64,10 +65,12 @@ class Agent {
 
   // The health of every tracked device (empty while no GPU is served).
   std::vector<health::DeviceHealth> Health() const;
-  // Health transitions so far ("unhealthy/xid" → count).
+  // Health transitions so far ("unhealthy:xid" → count).
   std::map<std::string, uint64_t> HealthTransitions() const;
   // True while failOnInitError=false kept the agent up without GPUs.
   bool degraded() const { return degraded_; }
+  // The metrics endpoint's port (0 when metrics are off or not started).
+  int metrics_port() const;
 
  private:
   struct Built {
@@ -85,6 +88,9 @@ class Agent {
   Status StartChecker(const config::Config& cfg, const gpu::NodeInventory& inventory);
   void StopChecker();
   void RetryLoop();
+  // (Re)starts the metrics endpoint when its address changed (state_mu_ held).
+  void StartMetrics(const config::Config& cfg);
+  metrics::Sources MetricsSources();
 
   BackendFactory factory_;
   std::function<void()> request_reload_;
@@ -93,6 +99,7 @@ class Agent {
   config::Config cfg_;
   std::unique_ptr<gpu::GpuBackend> backend_;
   std::string nvml_lib_;  // the library backend_ was created for
+  std::shared_ptr<const gpu::NodeInventory> inventory_;
   std::unique_ptr<health::Checker> checker_;
   std::optional<health::CheckerOptions> checker_options_;
   deviceplugin::ManagerOptions manager_options_;
@@ -101,6 +108,14 @@ class Agent {
   std::shared_ptr<const deviceplugin::ResourceSet> base_;
   std::map<std::string, std::string> unhealthy_;
   std::unique_ptr<deviceplugin::PluginManager> manager_;
+
+  // Guards backend_, inventory_ and checker_ (the pointers) for readers on
+  // other threads (the metrics collector, accessors); writers also hold
+  // state_mu_. Never held while waiting for another thread.
+  mutable std::mutex sources_mu_;
+  // Metrics: /metrics, /healthz, /readyz on danqing.metricsAddr.
+  std::unique_ptr<metrics::Exporter> exporter_;
+  std::string metrics_addr_;
 
   std::atomic<bool> degraded_{false};
   std::mutex retry_mu_;

@@ -40,6 +40,7 @@ void Monitor::SetInventory(const gpu::NodeInventory& inventory) {
     if (auto it = devices_.find(uuid); it != devices_.end()) {
       fresh.conditions = std::move(it->second.conditions);
       fresh.xid_counts = std::move(it->second.xid_counts);
+      fresh.last_xid = it->second.last_xid;
       fresh.last_ecc_uncorrected = it->second.last_ecc_uncorrected;
       fresh.thermal_start_c = it->second.thermal_start_c;
     }
@@ -66,7 +67,7 @@ std::vector<std::string> Monitor::GpuUuids() const { return gpus_; }
 
 void Monitor::LogTransition(const std::string& uuid, const DeviceState& d, bool now_healthy,
                             const std::string& condition, std::string_view detail) {
-  transitions_[(now_healthy ? "healthy/" : "unhealthy/") + CounterName(condition)]++;
+  transitions_[(now_healthy ? "healthy:" : "unhealthy:") + CounterName(condition)]++;
   if (now_healthy) {
     spdlog::info("health: {} is healthy again ({} cleared: {})", uuid, condition, detail);
   } else {
@@ -86,7 +87,7 @@ bool Monitor::Raise(const std::string& uuid, DeviceState& d, const std::string& 
   if (was_healthy) {
     LogTransition(uuid, d, false, name, c.detail);
   } else {
-    transitions_["unhealthy/" + CounterName(name)]++;
+    transitions_["unhealthy:" + CounterName(name)]++;
     spdlog::warn("health: {} still unhealthy; new condition {} ({})", uuid, name, c.detail);
   }
   return true;
@@ -98,7 +99,7 @@ bool Monitor::Clear(const std::string& uuid, DeviceState& d, const std::string& 
     LogTransition(uuid, d, true, name, why);
     return true;
   }
-  transitions_["healthy/" + CounterName(name)]++;
+  transitions_["healthy:" + CounterName(name)]++;
   spdlog::info("health: {} condition {} cleared ({}); still unhealthy: {}", uuid, name, why,
                JoinConditions(d.conditions));
   return true;
@@ -133,6 +134,7 @@ bool Monitor::OnXid(const gpu::GpuEvent& event, Clock::time_point now) {
   for (const auto& uuid : targets) {
     DeviceState& d = devices_.at(uuid);
     d.xid_counts[event.xid]++;
+    d.last_xid = event.xid;
     if (action == XidAction::kIgnore) {
       spdlog::info("health: {} reported {}; ignored (application error or disabled by "
                    "DP_DISABLE_HEALTHCHECKS)", uuid, XidDetail(event.xid));
@@ -296,6 +298,7 @@ std::vector<DeviceHealth> Monitor::Snapshot() const {
     h.reason = JoinConditions(d.conditions);
     for (const auto& [name, c] : d.conditions) h.needs_reset = h.needs_reset || c.needs_reset;
     h.xid_counts = d.xid_counts;
+    h.last_xid = d.last_xid;
     out.push_back(std::move(h));
   }
   return out;

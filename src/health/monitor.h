@@ -63,6 +63,7 @@ struct DeviceHealth {
   std::string reason;     // conditions joined by ',' ("xid-79,gpu-lost"), "" when healthy
   bool needs_reset = false;
   std::map<uint64_t, uint64_t> xid_counts;  // every XID seen (ignored ones too), by number
+  uint64_t last_xid = 0;                    // the most recent XID, 0 when none
 };
 
 class Monitor {
@@ -89,7 +90,7 @@ class Monitor {
 
   std::vector<DeviceHealth> Snapshot() const;
 
-  // Transitions so far: "unhealthy/<condition>" and "healthy/<condition>"
+  // Transitions so far: "unhealthy:<condition>" and "healthy:<condition>"
   // (condition without its XID number for XIDs: "xid") → count.
   const std::map<std::string, uint64_t>& transitions() const { return transitions_; }
 
@@ -110,6 +111,7 @@ class Monitor {
     uint32_t compute_instance_id = 0;
     std::map<std::string, Condition> conditions;  // by name
     std::map<uint64_t, uint64_t> xid_counts;
+    uint64_t last_xid = 0;
     // Poll memory (GPUs only).
     std::optional<uint64_t> last_ecc_uncorrected;
     uint32_t thermal_start_c = 0;

@@ -63,6 +63,16 @@ Result<std::unique_ptr<Exporter>> Exporter::Start(ExporterOptions options, Sourc
     Format f = NegotiateFormat(req.get_header_value("Accept"));
     res.set_content(self->Render(f), std::string(ContentType(f)));
   });
+  // Probes for the DaemonSet: alive while this server answers; ready when the
+  // owner says so (the agent: registered with the kubelet).
+  e->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  e->server_->Get("/readyz", [self](const httplib::Request&, httplib::Response& res) {
+    const bool ready = !self->options_.ready || self->options_.ready();
+    res.status = ready ? 200 : 503;
+    res.set_content(ready ? "ready\n" : "not ready\n", "text/plain");
+  });
   e->server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("<html><body><a href=\"/metrics\">/metrics</a></body></html>\n", "text/html");
   });

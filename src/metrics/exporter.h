@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,9 @@ struct ExporterOptions {
   std::string listen = ":9400";
   std::chrono::milliseconds interval{1000};
   CollectorOptions collector;
+  // GET /readyz answers 200 while this returns true (empty: always), else
+  // 503. GET /healthz answers 200 while the server runs.
+  std::function<bool()> ready;
 };
 
 // Splits "[host]:port" / "host:port" / ":port". INVALID_ARGUMENT when malformed.

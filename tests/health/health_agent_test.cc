@@ -12,6 +12,8 @@
 #include <map>
 #include <thread>
 
+#include <httplib.h>
+
 #include "agent/agent.h"
 #include "config/config.h"
 #include "testing/kubelet/kubelet_emulator.h"
@@ -75,6 +77,7 @@ class HealthAgentTest : public ::testing::Test {
     cfg.danqing.node_features_file = "";
     cfg.danqing.health_check_interval = 50ms;
     cfg.danqing.xid_quiet_period = 600ms;
+    cfg.danqing.metrics_addr = "";  // off unless a test turns it on
     return cfg;
   }
 
@@ -132,8 +135,8 @@ sharing:
   ASSERT_TRUE(WaitSick(kGpu, {}, 10s));
   EXPECT_TRUE(kubelet_->Allocate(kGpu, {gpu1 + "::0"}).status.ok());
   auto t = agent_->HealthTransitions();
-  EXPECT_EQ(t["unhealthy/xid"], 1u);
-  EXPECT_EQ(t["healthy/xid"], 1u);
+  EXPECT_EQ(t["unhealthy:xid"], 1u);
+  EXPECT_EQ(t["healthy:xid"], 1u);
 }
 
 TEST_F(HealthAgentTest, ResetClassXidNeverRecovers) {
@@ -340,6 +343,55 @@ TEST_F(HealthAgentTest, WithoutFailOnInitErrorItServesNothingAndRetriesUntilNvml
   setenv("FAKE_NVML_PROFILE", testing::ProfilePath("a100-8x-nvswitch").c_str(), 1);
   ASSERT_TRUE(kubelet_->WaitForDevices(kGpu, [](const Devices& d) { return d.size() == 8; }, 10s));
   EXPECT_FALSE(agent_->degraded());
+}
+
+TEST_F(HealthAgentTest, HealthAndProbesAreOnTheMetricsEndpoint) {
+  FakeNode node("a100-8x-nvswitch");
+  config::Config cfg = Config();
+  cfg.danqing.metrics_addr = "127.0.0.1:0";
+  cfg.danqing.xid_quiet_period = std::chrono::minutes(5);  // stays unhealthy until scraped
+  StartAgent(cfg);
+  const int port = agent_->metrics_port();
+  ASSERT_GT(port, 0);
+  httplib::Client cli("127.0.0.1", port);
+  auto health = cli.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto ready = cli.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+
+  const std::string gpu3 = GpuUuid(node, 3);
+  node.Control(R"({"cmd":"xid","gpu":3,"xid":62})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu3}));
+  // The exporter collects every second; wait for a scrape that shows it.
+  std::string body;
+  for (int i = 0; i < 50; ++i) {
+    auto r = cli.Get("/metrics");
+    ASSERT_TRUE(r);
+    body = r->body;
+    if (body.find("reason=\"xid-62\"") != std::string::npos) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  auto has = [&](const std::string& needle) { return body.find(needle) != std::string::npos; };
+  EXPECT_TRUE(has("danqing_gpu_healthy{"));
+  EXPECT_TRUE(has("reason=\"xid-62\"} 0"));
+  EXPECT_TRUE(has("DCGM_FI_DEV_XID_ERRORS{"));
+  EXPECT_TRUE(has("danqing_health_transitions_total{transition=\"unhealthy:xid\"} 1"));
+  EXPECT_TRUE(has("danqing_plugin_registrations_total{resource=\"nvidia.com/gpu\"}"));
+
+  // The kubelet gone: not ready (nothing registered), still alive.
+  kubelet_->Stop();
+  bool not_ready = false;
+  for (int i = 0; i < 50 && !not_ready; ++i) {
+    auto r = cli.Get("/readyz");
+    not_ready = r && r->status == 503;
+    if (!not_ready) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(not_ready);
+  auto alive = cli.Get("/healthz");
+  ASSERT_TRUE(alive);
+  EXPECT_EQ(alive->status, 200);
 }
 
 }  // namespace

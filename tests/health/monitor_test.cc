@@ -79,8 +79,8 @@ TEST_F(MonitorTest, RecoverableXidClearsAfterTheQuietPeriod) {
   EXPECT_FALSE(monitor_.Tick(t0_ + 8min));
   EXPECT_TRUE(monitor_.Tick(t0_ + 9min));
   EXPECT_THAT(monitor_.Unhealthy(), IsEmpty());
-  EXPECT_EQ(monitor_.transitions().at("unhealthy/xid"), 1u);
-  EXPECT_EQ(monitor_.transitions().at("healthy/xid"), 1u);
+  EXPECT_EQ(monitor_.transitions().at("unhealthy:xid"), 1u);
+  EXPECT_EQ(monitor_.transitions().at("healthy:xid"), 1u);
   auto snap = monitor_.Snapshot();
   for (const auto& d : snap) {
     if (d.uuid == kGpu0) {

@@ -6,7 +6,8 @@
 // Input: byte 0 selects the options and the resource (exclusive GPUs + a MIG
 // device, or time-slicing replicas); the rest is the ID list, one per line.
 // Oracle: a response is only built for known, healthy IDs, and
-// NVIDIA_VISIBLE_DEVICES names each requested device exactly once.
+// NVIDIA_VISIBLE_DEVICES (or, with volume-mounts, the mounts) names each
+// requested device exactly once.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -120,9 +121,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (resource.fail_requests_greater_than_one && ids.size() > 1) std::abort();
   const auto& envs = resp->envs();
   auto it = envs.find(std::string(dp::kVisibleDevicesEnv));
-  bool want_env = false;
-  for (auto s : options.device_list_strategies) want_env |= s == dp::DeviceListStrategy::kEnvvar;
-  if (want_env) {
+  bool want_env = false, want_mounts = false;
+  for (auto s : options.device_list_strategies) {
+    want_env |= s == dp::DeviceListStrategy::kEnvvar;
+    want_mounts |= s == dp::DeviceListStrategy::kVolumeMounts;
+  }
+  if (want_mounts) {
+    // NVIDIA's convention: the variable points at the mount directory, and
+    // there is one mount per device, named by the device.
+    if (it == envs.end() || it->second != dp::kVolumeMountDir) std::abort();
+    std::set<std::string> mounted;
+    for (const auto& m : resp->mounts()) {
+      mounted.insert(m.container_path().substr(dp::kVolumeMountDir.size() + 1));
+    }
+    if (mounted != targets || static_cast<size_t>(resp->mounts_size()) != targets.size()) {
+      std::abort();
+    }
+  } else if (want_env) {
     if (it == envs.end()) std::abort();
     std::set<std::string> listed;
     size_t count = 0, start = 0;

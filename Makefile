@@ -59,3 +59,15 @@ deploy-check: build
 images: build
 	@scripts/build-images.sh --agent build/$(PRESET)/cmd/danqing-device-plugin/danqing-device-plugin \
 	  --service build/$(PRESET)/cmd/danqing/danqing --out build/images
+# libFuzzer targets (preset `fuzz`, clang + ASan/UBSan), see docs/reliability.md.
+# `make fuzz` runs each fuzzer FUZZ_SECONDS (default 30 s); `make fuzz-ci` is
+# the short run CI does.
+.PHONY: fuzz fuzz-ci
+FUZZ_SECONDS ?= 30
+FUZZ_CI_SECONDS ?= 45
+
+fuzz: setup
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+fuzz-ci: setup
+	@scripts/fuzz.sh $(FUZZ_CI_SECONDS)

@@ -4,10 +4,12 @@
 // Thread-safety: reentrant; yaml-cpp keeps no global state we depend on.
 #include "config/yaml_tree.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <exception>
 #include <new>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +86,44 @@ class Copier {
   std::size_t nodes_ = 0;
 };
 
+// Debian's yaml-cpp 0.7 LoadAll() loops forever, adding a null document per
+// turn until memory runs out, when a document starts with a token its parser
+// does not consume (e.g. `{"a": 1}, "b"`: the stray ',' after a flow mapping).
+// Upstream fixed it in yaml-cpp PR #1319 (after 0.8.0). Found by
+// fuzz/config_fuzzer. This pass walks the documents with a handler that
+// builds nothing and reports the first document that starts where the
+// previous one did, i.e. made no progress; LoadAll() runs only after it.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  YAML::Mark start;
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Throws YAML::ParserException where LoadAll() would not return.
+void CheckDocumentsAdvance(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts handler;
+  int previous = -1;
+  while (parser.HandleNextDocument(handler)) {
+    if (handler.start.pos == previous) {
+      throw YAML::ParserException(handler.start, "unexpected token at the start of a document");
+    }
+    previous = handler.start.pos;
+  }
+}
+
 }  // namespace
 
 Result<YamlNode> ParseYaml(std::string_view text, std::string_view source) {
@@ -95,6 +135,7 @@ Result<YamlNode> ParseYaml(std::string_view text, std::string_view source) {
     // Empty documents (a stray `---`) are skipped; more than one non-empty
     // document is an error.
     std::vector<YAML::Node> docs;
+    CheckDocumentsAdvance(std::string(text));
     for (YAML::Node& doc : YAML::LoadAll(std::string(text))) {
       if (!doc.IsNull()) docs.push_back(std::move(doc));
     }

@@ -133,7 +133,11 @@ class Watcher final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchRespo
       writing_ = false;
       if (!ok) {
         closing_ = true;
-        finish_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "ListAndWatch stream broken");
+        // Once finished_ is set, Act() reads finish_status_ without mu_.
+        if (!finished_) {
+          finish_status_ =
+              grpc::Status(grpc::StatusCode::UNAVAILABLE, "ListAndWatch stream broken");
+        }
       }
       return true;
     }));
@@ -142,13 +146,24 @@ class Watcher final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchRespo
   void OnCancel() override {
     Act(Decide([this] {
       closing_ = true;
-      finish_status_ = grpc::Status::CANCELLED;
+      // Once finished_ is set (e.g. by Close() on another thread), Act() reads
+      // finish_status_ without mu_: writing it then was a data race (TSan).
+      if (!finished_) finish_status_ = grpc::Status::CANCELLED;
       return !writing_;
     }));
   }
 
   void OnDone() override {
-    hub_->RemoveWatcher(this);
+    // gRPC calls OnDone on one of its threads; the constructor ran on another
+    // and the hand-off between them happens inside (uninstrumented) libgrpc.
+    // Taking mu_, which the constructor released last, makes that order
+    // explicit to ThreadSanitizer.
+    std::shared_ptr<PluginServer::Hub> hub;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      hub = hub_;
+    }
+    hub->RemoveWatcher(this);
     delete this;
   }
 
@@ -187,7 +202,7 @@ class Watcher final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchRespo
   bool writing_ = false;   // guarded by mu_
   bool closing_ = false;   // guarded by mu_
   bool finished_ = false;  // guarded by mu_
-  grpc::Status finish_status_ = grpc::Status::OK;  // written before finished_ is set
+  grpc::Status finish_status_ = grpc::Status::OK;  // guarded by mu_ until finished_ is set, then read-only
   uint64_t sent_version_ = 0;                      // guarded by mu_
   std::shared_ptr<const v1beta1::ListAndWatchResponse> inflight_;  // guarded by mu_ / the write
 };

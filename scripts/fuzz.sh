@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (preset `fuzz`: clang, ASan + UBSan) and runs
+# each for a bounded time, seeded from fuzz/corpus/<name>/ (read-only; new
+# inputs go to build/fuzz/corpus/<name>/). Fails when any fuzzer finds a
+# crash, a sanitizer report, a leak or a timeout; the input is kept under
+# build/fuzz/artifacts/<name>/ and the reproduction command printed.
+#
+#   scripts/fuzz.sh [seconds-per-fuzzer] [name...]     default 30 s, all fuzzers
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+secs="${1:-30}"
+shift || true
+
+# name:max_len. max_len covers the largest seed with room to grow: config
+# files and profiles are a few KiB, images are tiny ones (bigger ones only
+# make each run slower), ID lists and mig-minors files are short.
+all=(config:8192 profile:12288 image:16384 allocate:1024 mig_minors:2048)
+selected=("${all[@]}")
+if (($#)); then
+  selected=()
+  for want in "$@"; do
+    for entry in "${all[@]}"; do [[ "${entry%%:*}" == "$want" ]] && selected+=("$entry"); done
+  done
+fi
+
+targets=()
+for entry in "${selected[@]}"; do targets+=("${entry%%:*}_fuzzer"); done
+cmake --preset fuzz >/dev/null
+cmake --build build/fuzz --target "${targets[@]}"
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+
+failed=()
+summary=()
+for entry in "${selected[@]}"; do
+  name="${entry%%:*}"
+  max_len="${entry##*:}"
+  bin="build/fuzz/fuzz/${name}_fuzzer"
+  work="build/fuzz/corpus/${name}"
+  artifacts="build/fuzz/artifacts/${name}/"
+  log="build/fuzz/${name}.log"
+  mkdir -p "$work" "$artifacts"
+  echo "== fuzz ${name}: ${secs} s, max_len ${max_len}"
+  start=$(date +%s)
+  rc=0
+  "$bin" -max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$artifacts" "$work" "fuzz/corpus/${name}" \
+    >"$log" 2>&1 || rc=$?
+  took=$(($(date +%s) - start))
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$log" | tail -1 || true)
+  line=$(printf '%-11s %4ss  %10s runs  %7s exec/s  %s' "$name" "$took" "${execs:-?}" "${rate:-?}" "${cov:-}")
+  summary+=("$line")
+  if ((rc != 0)); then
+    failed+=("$name")
+    echo "!! fuzz ${name} failed (exit ${rc}); last lines of ${log}:"
+    tail -40 "$log"
+    echo "!! reproduce: ${bin} ${artifacts}<crash-file>"
+  fi
+done
+
+echo "== fuzz summary (${secs} s per fuzzer)"
+printf '%s\n' "${summary[@]}"
+if ((${#failed[@]})); then
+  echo "== fuzz FAILED: ${failed[*]}"
+  exit 1
+fi

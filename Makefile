@@ -71,3 +71,11 @@ fuzz: setup
 
 fuzz-ci: setup
 	@scripts/fuzz.sh $(FUZZ_CI_SECONDS)
+
+# Soak (issue 10): the node agent and the service under sustained load and
+# faults for SOAK_MINUTES each (default 10); prints both reports. Not in CI.
+.PHONY: soak
+SOAK_MINUTES ?= 10
+soak: build
+	@build/$(PRESET)/bench/agent_soak --minutes $(SOAK_MINUTES)
+	@build/$(PRESET)/bench/service_soak --minutes $(SOAK_MINUTES)

@@ -14,6 +14,8 @@
 #include <memory>
 #include <vector>
 
+#include "common/status.h"
+
 namespace danqing::render {
 
 // A float plane, row-major.
@@ -102,6 +104,11 @@ class Passes {
   // Paper, wash and ink to RGB8 (w*h*3 bytes).
   virtual void Compose(const ComposeInputs& in, const Textures& tex, int w, int h,
                        uint8_t* rgb) = 0;
+  // The backend's name ("cpu", "cuda") and the first error a pass hit (an
+  // accelerator's passes stop at an error; the Renderer then redoes the render
+  // on the CPU). The CPU passes never fail.
+  virtual const char* name() const { return "cpu"; }
+  virtual Status status() const { return Status::Ok(); }
 };
 
 std::unique_ptr<Passes> MakeCpuPasses(int threads);

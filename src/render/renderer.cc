@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "render/backend.h"
 #include "render/brush.h"
 #include "render/glyph_font.h"
 #include "render/layout.h"
 #include "render/passes.h"
+#include "render/passes_cuda.h"
 #include "render/random.h"
 #include "render/stroke_data.h"
 
@@ -396,6 +398,47 @@ Result<std::unique_ptr<Renderer>> Renderer::Create(const RendererConfig& config)
     }
   }
   r->textures_ = std::make_unique<Textures>(Textures::Build());
+
+  // The backend for the heavy passes (backend.h).
+  std::string choice_name = config.backend;
+  if (choice_name.empty()) {
+    const char* env = std::getenv("DANQING_RENDER_BACKEND");
+    choice_name = env != nullptr && *env != '\0' ? env : "auto";
+  }
+  const auto choice = ParseBackendChoice(choice_name);
+  if (!choice) {
+    return InvalidArgument("render backend '" + choice_name + "': expected auto, cpu or gpu");
+  }
+  if (config.accelerator) {
+    r->accelerator_ = config.accelerator;
+    r->backend_ = "accelerator";
+    r->backend_reason_ = "accelerator given by the caller (tests)";
+  } else {
+    const CudaProbe probe = *choice == BackendChoice::kCpu ? CudaProbe{} : ProbeCuda();
+    BackendDecision d = DecideBackend(*choice, std::getenv("NVIDIA_VISIBLE_DEVICES"), probe);
+    if (!d.status.ok()) {
+      spdlog::error("render: {}", d.reason);
+      return d.status;
+    }
+    r->backend_reason_ = d.reason;
+    if (d.gpu) {
+      size_t budget = config.gpu_memory_budget;
+      if (const char* mb = std::getenv("DANQING_GPU_MEMORY_MB"); budget == 0 && mb != nullptr) {
+        budget = static_cast<size_t>(std::strtoull(mb, nullptr, 10)) << 20;
+      }
+      auto ctx = CudaContext::Create(*r->textures_, budget);
+      if (ctx.ok()) {
+        r->cuda_ = std::move(ctx).value();
+        r->backend_ = "cuda";
+        r->backend_reason_ += ", device memory budget " + std::to_string(r->cuda_->budget_bytes() >> 20) + " MiB";
+      } else if (*choice == BackendChoice::kGpu) {
+        return ctx.status().WithContext("render backend gpu requested");
+      } else {
+        r->backend_reason_ = "cpu: CUDA init failed: " + ctx.status().ToString();
+      }
+    }
+  }
+  spdlog::info("render: backend {} ({})", r->backend_, r->backend_reason_);
   return r;
 }
 
@@ -469,9 +512,9 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   const LayoutResult& layout = *lay;
 
   Rng rng(opts.seed, 0x1a70u);
-  auto passes = MakeCpuPasses(opts.threads);
 
-  // Background wash at a third of the resolution.
+  // Background plan: a landscape or plain paper (a wash pass), or the photo
+  // as ink wash (computed here), at a third of the resolution.
   const auto tb = Clock::now();
   const int lw = std::max(8, w / 3), lh = std::max(8, h / 3);
   Plane wash;
@@ -479,21 +522,19 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   Rng bg_rng(opts.seed, 0xb6u);
   std::vector<Dab> dabs;
   dabs.reserve(200000);
+  LandscapeParams land;
+  const bool photo_bg = opts.background == Background::kPhoto;
   if (opts.background == Background::kLandscape) {
-    LandscapeParams land = MakeLandscape(bg_rng, opts.vertical);
-    passes->Landscape(land, *textures_, &wash);
+    land = MakeLandscape(bg_rng, opts.vertical);
     PlanTrees(land.ridges[2], *textures_, layout.block, bg_rng, W, H, &dabs);
     PlanTrees(land.ridges[1], *textures_, layout.block, bg_rng, W, H, &dabs);
-  } else if (opts.background == Background::kPhoto) {
+  } else if (photo_bg) {
     PhotoWash(*opts.photo, layout.block, lw, lh, static_cast<float>(lw) / W, static_cast<float>(lh) / H, &wash);
   } else {
-    LandscapeParams none;
-    none.sky = 0.025f;
-    passes->Landscape(none, *textures_, &wash);
+    land.sky = 0.025f;
   }
-  const auto tb1 = Clock::now();
-  stats.background_ms = Ms(tb, tb1);
-
+  stats.background_ms = Ms(tb, Clock::now());
+  const auto tp = Clock::now();
   // Stroke plans: each character's brush path, ink load draining as it writes
   // and reloaded every few characters.
   InkState ink;
@@ -545,35 +586,65 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
     if (detail != nullptr) detail->placements.push_back(pl);
   }
   stats.dabs = dabs.size();
+  const double plan_ms = Ms(tp, Clock::now());
+
+  // The heavy passes: on the accelerator when the Renderer has one and it can
+  // take this render, else (or when it fails mid-render) on the CPU.
   // Scratch planes are reused by the thread's next render (no page faults on
   // fresh memory); planes above 4K are released afterwards.
   thread_local Plane inkp, wet;
-  inkp.Reset(w, h);
-  passes->StampDabs(dabs, *textures_, &inkp);
-  const auto ts1 = Clock::now();
-  stats.strokes_ms = Ms(tb1, ts1);
-
-  // Wet ink into the paper, at half resolution.
-  wet.Reset(std::max(1, w / 2), std::max(1, h / 2));
-  passes->StampWet(dabs, static_cast<float>(wet.w) / W, &wet);
-  passes->Diffuse(*textures_, std::clamp(static_cast<int>(layout.body_size / 40.0f), 1, 6), &wet);
-  const auto td1 = Clock::now();
-  stats.diffusion_ms = Ms(ts1, td1);
-
   image::Image img;
   img.width = w;
   img.height = h;
   img.rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
-  ComposeInputs in;
-  in.wash_low = &wash;
-  in.ink = &inkp;
-  in.wet_half = &wet;
-  in.fibre_dx = static_cast<int>(opts.seed % 512);
-  in.fibre_dy = static_cast<int>((opts.seed / 512) % 512);
-  if (opts.background == Background::kPhoto) {
-    in.paper_rgb[0] = 238; in.paper_rgb[1] = 232; in.paper_rgb[2] = 216;
+  auto run = [&](Passes& passes) {
+    const auto t1 = Clock::now();
+    if (!photo_bg) passes.Landscape(land, *textures_, &wash);
+    const auto t2 = Clock::now();
+    inkp.Reset(w, h);
+    passes.StampDabs(dabs, *textures_, &inkp);
+    const auto t3 = Clock::now();
+    // Wet ink into the paper, at half resolution.
+    wet.Reset(std::max(1, w / 2), std::max(1, h / 2));
+    passes.StampWet(dabs, static_cast<float>(wet.w) / W, &wet);
+    passes.Diffuse(*textures_, std::clamp(static_cast<int>(layout.body_size / 40.0f), 1, 6), &wet);
+    const auto t4 = Clock::now();
+    ComposeInputs in;
+    in.wash_low = &wash;
+    in.ink = &inkp;
+    in.wet_half = &wet;
+    in.fibre_dx = static_cast<int>(opts.seed % 512);
+    in.fibre_dy = static_cast<int>((opts.seed / 512) % 512);
+    if (photo_bg) {
+      in.paper_rgb[0] = 238; in.paper_rgb[1] = 232; in.paper_rgb[2] = 216;
+    }
+    passes.Compose(in, *textures_, w, h, img.rgb.data());
+    stats.background_ms += Ms(t1, t2);
+    stats.strokes_ms = plan_ms + Ms(t2, t3);
+    stats.diffusion_ms = Ms(t3, t4);
+  };
+  std::unique_ptr<Passes> accel;
+  if (accelerator_ || cuda_ != nullptr) {
+    auto p = accelerator_ ? accelerator_(w, h, dabs.size()) : cuda_->MakePasses(w, h, dabs.size());
+    if (p.ok()) {
+      accel = std::move(p).value();
+    } else {
+      stats.gpu_error = p.status().ToString();
+    }
   }
-  passes->Compose(in, *textures_, w, h, img.rgb.data());
+  if (accel != nullptr) {
+    run(*accel);
+    if (Status st = accel->status(); !st.ok()) stats.gpu_error = st.ToString();
+    else stats.backend = accel->name();
+    accel.reset();  // frees its device memory for the next render now
+  }
+  if (stats.backend == "cpu") {
+    if (!stats.gpu_error.empty()) {
+      spdlog::warn("render: {} failed, this render runs on the CPU: {}", backend_, stats.gpu_error);
+    }
+    auto cpu = MakeCpuPasses(opts.threads);
+    run(*cpu);
+  }
 
   // The seal.
   std::vector<char32_t> seal_chars;

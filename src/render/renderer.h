@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,7 +65,11 @@ struct RenderStats {
   int fallback_characters = 0;  // of those, inked from the font
   int dropped_characters = 0;   // in neither the stroke data nor the font
   size_t dabs = 0;              // brush imprints stamped
+  std::string backend = "cpu";  // which backend ran the heavy passes: "cpu" or "cuda"
+  std::string gpu_error;        // non-empty: the GPU could not take or finish it, the CPU did
 };
+
+class Passes;
 
 struct RendererConfig {
   // Empty: $DANQING_DATA_DIR/strokes.bin, <exe dir>/../data/strokes.bin, the
@@ -75,11 +80,21 @@ struct RendererConfig {
   std::string font_path;
   // True: do not load any font (tests of the no-font path).
   bool no_font = false;
+  // The heavy passes' backend: "auto", "cpu" or "gpu" (see render/backend.h).
+  // Empty: $DANQING_RENDER_BACKEND, else auto. gpu without a usable device
+  // makes Create fail with FAILED_PRECONDITION / UNAVAILABLE.
+  std::string backend = "";
+  // Device memory the GPU renders may hold together (bytes); 0:
+  // $DANQING_GPU_MEMORY_MB, else 80% of the device's free memory.
+  size_t gpu_memory_budget = 0;
+  // Tests: a stand-in accelerator used instead of CUDA (same fallback rules).
+  std::function<Result<std::unique_ptr<Passes>>(int w, int h, size_t dabs)> accelerator = nullptr;
 };
 
 class StrokeData;
 class GlyphFont;
 struct Textures;
+class CudaContext;
 
 class Renderer {
  public:
@@ -94,6 +109,9 @@ class Renderer {
 
   const std::string& strokes_path() const { return strokes_path_; }
   bool has_font() const { return font_ != nullptr; }
+  // The backend chosen at Create ("cpu", "cuda") and why, as logged.
+  const std::string& backend() const { return backend_; }
+  const std::string& backend_reason() const { return backend_reason_; }
 
   // For tests and tools: where each written character landed and the ink
   // density plane (0..1, full resolution) before composition.
@@ -119,6 +137,9 @@ class Renderer {
   std::unique_ptr<StrokeData> strokes_;
   std::unique_ptr<GlyphFont> font_;
   std::unique_ptr<Textures> textures_;
+  std::string backend_ = "cpu", backend_reason_;
+  std::unique_ptr<CudaContext> cuda_;
+  std::function<Result<std::unique_ptr<Passes>>(int, int, size_t)> accelerator_;
 };
 
 std::string_view StyleName(Style style);

@@ -1,4 +1,5 @@
-// Binds the service's InscriptionRenderer to danqing::render::Renderer (CPU).
+// Binds the service's InscriptionRenderer to danqing::render::Renderer (CPU or CUDA
+// backend, chosen by the Renderer: render/backend.h).
 #include <algorithm>
 
 #include "render/renderer.h"
@@ -30,7 +31,7 @@ class CalligraphyRenderer final : public InscriptionRenderer {
     return renderer_->Render(text, o);
   }
   bool CanRender(char32_t c) const override { return renderer_->CanRender(c); }
-  std::string Backend() const override { return "cpu"; }
+  std::string Backend() const override { return renderer_->backend(); }
 
  private:
   std::unique_ptr<render::Renderer> renderer_;

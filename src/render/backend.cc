@@ -1,0 +1,65 @@
+#include "render/backend.h"
+
+#include <algorithm>
+
+#include "render/passes.h"
+
+namespace danqing::render {
+
+std::optional<BackendChoice> ParseBackendChoice(std::string_view name) {
+  if (name == "auto") return BackendChoice::kAuto;
+  if (name == "cpu") return BackendChoice::kCpu;
+  if (name == "gpu" || name == "cuda") return BackendChoice::kGpu;
+  return std::nullopt;
+}
+
+BackendDecision DecideBackend(BackendChoice choice, const char* visible, const CudaProbe& probe) {
+  BackendDecision d;
+  if (choice == BackendChoice::kCpu) {
+    d.reason = "cpu forced (backend cpu)";
+    return d;
+  }
+  std::string why_not;
+  const std::string vis = visible != nullptr ? visible : "";
+  if (!probe.compiled) {
+    why_not = "built without CUDA (DANQING_CUDA=OFF)";
+  } else if (visible != nullptr && (vis == "void" || vis == "none")) {
+    why_not = "NVIDIA_VISIBLE_DEVICES=" + vis;
+  } else if (probe.devices <= 0) {
+    why_not = "no CUDA device: " + (probe.error.empty() ? std::string("device count 0") : probe.error);
+  }
+  if (why_not.empty()) {
+    d.gpu = true;
+    d.reason = "gpu: " + std::to_string(probe.devices) + " CUDA device(s), using device 0" +
+               (probe.name.empty() ? std::string() : " (" + probe.name + ")");
+    return d;
+  }
+  if (choice == BackendChoice::kGpu) {
+    d.status = FailedPrecondition("render backend gpu requested but unavailable: " + why_not);
+    d.reason = "gpu forced but unavailable: " + why_not;
+    return d;
+  }
+  d.reason = "cpu: " + why_not;
+  return d;
+}
+
+size_t DeviceBytesPerRender(int w, int h, size_t dabs) {
+  const size_t W = static_cast<size_t>(std::max(1, w)), H = static_cast<size_t>(std::max(1, h));
+  const size_t ww = static_cast<size_t>(std::max(1, w / 2)), wh = static_cast<size_t>(std::max(1, h / 2));
+  const size_t lw = static_cast<size_t>(std::max(8, w / 3)), lh = static_cast<size_t>(std::max(8, h / 3));
+  constexpr size_t kMaxRidges = 16;
+  return W * H * 4 +                // ink
+         2 * ww * wh * 4 +          // wet, ping-pong for the diffusion
+         2 * lw * lh * 4 +          // wash and paper blotches
+         W * H * 3 +                // RGB out
+         dabs * sizeof(Dab) +       // dab list
+         kMaxRidges * (lw * 4 + sizeof(Ridge));  // ridge heights per column
+}
+
+size_t DeviceTextureBytes() {
+  return (static_cast<size_t>(Textures::kFibre) * Textures::kFibre +
+          static_cast<size_t>(Textures::kNoise2) * Textures::kNoise2 + Textures::kNoise1) *
+         sizeof(float);
+}
+
+}  // namespace danqing::render

@@ -1,0 +1,592 @@
+// The CUDA backend of the heavy passes (see passes_cuda.h). Each kernel is the
+// CPU reference's loop body (passes_cpu.cc) with one thread per output pixel;
+// the dab passes run one block per dab and max-composite with an integer
+// atomicMax on the (non-negative) float bits, which gives the same result as
+// the CPU's max in list order. Compiled with --fmad=false so products and sums
+// round as on the CPU; exp/pow may differ by an ulp or two.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "render/passes_cuda.h"
+
+namespace danqing::render {
+namespace {
+
+constexpr int kMaxRidges = 16;
+
+struct DevTex {
+  const float* fibre = nullptr;
+  const float* noise2 = nullptr;
+  const float* noise1 = nullptr;
+};
+
+__device__ inline float Clampf(float v, float lo, float hi) { return fminf(fmaxf(v, lo), hi); }
+
+__device__ inline float SmoothstepD(float a, float b, float x) {
+  float t = Clampf((x - a) / (b - a), 0.0f, 1.0f);
+  return t * t * (3.0f - 2.0f * t);
+}
+
+__device__ inline float FibreD(const DevTex& t, int x, int y) {
+  return t.fibre[(y & (Textures::kFibre - 1)) * Textures::kFibre + (x & (Textures::kFibre - 1))];
+}
+
+__device__ inline float Noise1D(const DevTex& tx, float t) {
+  float f = floorf(t);
+  float fr = t - f;
+  int i = static_cast<int>(static_cast<long long>(f) & (Textures::kNoise1 - 1));
+  float a = tx.noise1[i], b = tx.noise1[(i + 1) & (Textures::kNoise1 - 1)];
+  float s = fr * fr * (3.0f - 2.0f * fr);
+  return a + (b - a) * s;
+}
+
+__device__ inline float Noise2D(const DevTex& t, float x, float y) {
+  constexpr int K = Textures::kNoise2;
+  float fx = floorf(x), fy = floorf(y);
+  float tx = x - fx, ty = y - fy;
+  int ix = static_cast<int>(static_cast<long long>(fx) & (K - 1));
+  int iy = static_cast<int>(static_cast<long long>(fy) & (K - 1));
+  int jx = (ix + 1) & (K - 1), jy = (iy + 1) & (K - 1);
+  const float* n = t.noise2;
+  float sx = tx * tx * (3.0f - 2.0f * tx), sy = ty * ty * (3.0f - 2.0f * ty);
+  float a = n[iy * K + ix] + (n[iy * K + jx] - n[iy * K + ix]) * sx;
+  float b = n[jy * K + ix] + (n[jy * K + jx] - n[jy * K + ix]) * sx;
+  return a + (b - a) * sy;
+}
+
+__device__ inline float Fbm2D(const DevTex& t, float x, float y, int octaves) {
+  float sum = 0, amp = 0.5f, norm = 0;
+  for (int o = 0; o < octaves; ++o) {
+    sum += amp * Noise2D(t, x, y);
+    norm += amp;
+    x = x * 2.03f + 17.0f;
+    y = y * 2.03f + 31.0f;
+    amp *= 0.5f;
+  }
+  return sum / norm;
+}
+
+__device__ inline float Hash01D(uint32_t v) {
+  unsigned long long z = v;
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z = z ^ (z >> 31);
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+// Max of non-negative floats through their bit patterns (monotonic for >= 0).
+__device__ inline void MaxTo(float* p, float v) {
+  atomicMax(reinterpret_cast<int*>(p), __float_as_int(v));
+}
+
+__global__ void StampKernel(const Dab* dabs, DevTex tex, float* ink, int w, int h) {
+  const Dab d = dabs[blockIdx.x];
+  float reach = d.r * 1.1f + 1.0f;
+  int x0 = max(0, static_cast<int>(floorf(d.x - reach)));
+  int x1 = min(w - 1, static_cast<int>(ceilf(d.x + reach)));
+  int y0 = max(0, static_cast<int>(floorf(d.y - reach)));
+  int y1 = min(h - 1, static_cast<int>(ceilf(d.y + reach)));
+  if (x0 > x1 || y0 > y1) return;
+  const int bw = x1 - x0 + 1, n = bw * (y1 - y0 + 1);
+  const float inv_r = 1.0f / d.r;
+  const int bristles = min(max(static_cast<int>(d.r / 1.1f), 5), 48);
+  const bool dry = d.dry > 0.02f;
+  const float streak_scale = 1.0f / fmaxf(2.0f, d.r * 2.2f);
+  const uint32_t ph = static_cast<uint32_t>(d.phase * 997.0f);
+  for (int k = threadIdx.x; k < n; k += blockDim.x) {
+    int x = x0 + k % bw, y = y0 + k / bw;
+    float dy = static_cast<float>(y) + 0.5f - d.y;
+    float dx = static_cast<float>(x) + 0.5f - d.x;
+    float d2 = dx * dx + dy * dy;
+    if (d2 > reach * reach) continue;
+    float fib = FibreD(tex, x, y);
+    float edge = d.r * (0.9f + 0.2f * fib);
+    float cov = Clampf(edge - sqrtf(d2) + 0.5f, 0.0f, 1.0f);
+    if (cov <= 0.0f) continue;
+    float val = d.ink * cov;
+    if (dry) {
+      float u = Clampf((dx * d.nx + dy * d.ny) * inv_r, -1.0f, 1.0f);
+      int b = min(bristles - 1, static_cast<int>((u + 1.0f) * 0.5f * static_cast<float>(bristles)));
+      float hb = Hash01D(static_cast<uint32_t>(b) * 7919u + ph);
+      float nz = Noise1D(tex, d.s * streak_scale + static_cast<float>(b) * 37.0f + d.phase * 11.0f);
+      float au = fabsf(u);
+      float q = 0.45f * hb + 0.55f * nz + 0.12f - 0.35f * au * au * au;
+      val *= SmoothstepD(d.dry - 0.1f, d.dry + 0.1f, q);
+    }
+    if (val > 0.0f) MaxTo(&ink[static_cast<size_t>(y) * w + x], val);
+  }
+}
+
+__global__ void WetKernel(const Dab* dabs, float scale, float* wet, int w, int h) {
+  const Dab d = dabs[blockIdx.x];
+  if (d.wet <= 0.0f) return;
+  float cx = d.x * scale, cy = d.y * scale, r = fmaxf(0.5f, d.r * scale);
+  int x0 = max(0, static_cast<int>(cx - r - 1));
+  int x1 = min(w - 1, static_cast<int>(cx + r + 1));
+  int y0 = max(0, static_cast<int>(cy - r - 1));
+  int y1 = min(h - 1, static_cast<int>(cy + r + 1));
+  if (x0 > x1 || y0 > y1) return;
+  const int bw = x1 - x0 + 1, n = bw * (y1 - y0 + 1);
+  for (int k = threadIdx.x; k < n; k += blockDim.x) {
+    int x = x0 + k % bw, y = y0 + k / bw;
+    float dy = static_cast<float>(y) + 0.5f - cy;
+    float dx = static_cast<float>(x) + 0.5f - cx;
+    float cov = Clampf(r + 0.5f - sqrtf(dx * dx + dy * dy), 0.0f, 1.0f);
+    float v = cov * d.wet;
+    if (v > 0.0f) MaxTo(&wet[static_cast<size_t>(y) * w + x], v);
+  }
+}
+
+__global__ void DiffuseKernel(const float* src, float* dst, int w, int h, DevTex tex, int bx0, int bx1, int by0,
+                              int by1) {
+  int x = bx0 + static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  int y = by0 + static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (x > bx1 || y > by1) return;
+  const float* up = src + static_cast<size_t>(max(0, y - 1)) * w;
+  const float* mid = src + static_cast<size_t>(y) * w;
+  const float* dn = src + static_cast<size_t>(min(h - 1, y + 1)) * w;
+  int xl = max(0, x - 1), xr = min(w - 1, x + 1);
+  float nb = fmaxf(fmaxf(up[x], dn[x]), fmaxf(mid[xl], mid[xr]));
+  float avg = 0.25f * (up[x] + dn[x] + mid[xl] + mid[xr]);
+  float perm = 0.45f + 0.5f * FibreD(tex, x * 2 + 17, y * 2 + 5);
+  float flow = (0.55f * nb + 0.45f * avg) * perm * 0.93f;
+  dst[static_cast<size_t>(y) * w + x] = fmaxf(mid[x], flow);
+}
+
+struct LandArgs {
+  int nridges;
+  float water_top, water_phase, sky;
+};
+
+__global__ void LandscapeKernel(const Ridge* ridges, const float* ridge_y, LandArgs a, DevTex tex, float* wash,
+                                int w, int h) {
+  int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (x >= w || y >= h) return;
+  const float aspect = static_cast<float>(w) / static_cast<float>(h);
+  float fy = (static_cast<float>(y) + 0.5f) / static_cast<float>(h);
+  float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
+  float acc = a.sky * (1.0f - fy) * (0.6f + 0.8f * Noise2D(tex, fx * 3.0f * aspect, fy * 3.0f));
+  for (int r = 0; r < a.nridges; ++r) {
+    const Ridge rg = ridges[r];
+    float ry = ridge_y[r * w + x];
+    float depth = fy - ry;
+    if (depth < -0.004f) continue;
+    if (depth > rg.mist || fx < rg.x0 || fx > rg.x1) continue;
+    float edge_aa = SmoothstepD(-0.004f, 0.002f, depth);
+    float xfade = SmoothstepD(rg.x0, rg.x0 + 0.1f, fx) * (1.0f - SmoothstepD(rg.x1 - 0.1f, rg.x1, fx));
+    float dark = 0.42f + 0.58f * expf(-depth / 0.03f);
+    float mist = 1.0f - SmoothstepD(0.0f, rg.mist, depth);
+    float tx = Fbm2D(tex, fx * 28.0f * aspect + rg.phase * 50.0f, fy * 12.0f, 2);
+    float cun = 0.55f + 0.9f * (tx - 0.5f) + 0.25f * SmoothstepD(0.6f, 0.75f, tx);
+    float d = rg.density * dark * mist * Clampf(cun, 0.2f, 1.4f) * xfade * edge_aa;
+    d = Clampf(d, 0.0f, 1.0f);
+    acc = acc + d * (1.0f - acc);
+  }
+  if (fy > a.water_top) {
+    float n = Noise2D(tex, fx * 6.0f * aspect + a.water_phase, fy * 160.0f);
+    float line = SmoothstepD(0.72f, 0.86f, n) * (1.0f - SmoothstepD(0.0f, 0.25f, fy - a.water_top)) * 0.5f +
+                 SmoothstepD(0.78f, 0.9f, n) * 0.12f;
+    acc = acc + line * 0.35f * (1.0f - acc);
+  }
+  wash[static_cast<size_t>(y) * w + x] = acc;
+}
+
+__global__ void BlotchKernel(DevTex tex, float* blotch, int w, int h, float bscale) {
+  int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (x >= w || y >= h) return;
+  blotch[static_cast<size_t>(y) * w + x] =
+      Noise2D(tex, static_cast<float>(x) * bscale + 37.0f, static_cast<float>(y) * bscale);
+}
+
+// A low-resolution plane sampled like the CPU's vrow + XTab: vertical, then
+// horizontal linear interpolation.
+struct LowPlane {
+  const float* v;
+  int w, h;
+};
+
+__device__ inline float Sample(const LowPlane& p, int x, int y, int W, int H) {
+  float fy = Clampf((static_cast<float>(y) + 0.5f) * static_cast<float>(p.h) / static_cast<float>(H) - 0.5f, 0.0f,
+                    static_cast<float>(p.h - 1));
+  int y0 = static_cast<int>(fy), y1 = min(y0 + 1, p.h - 1);
+  float ty = fy - static_cast<float>(y0);
+  float k = static_cast<float>(p.w) / static_cast<float>(W);
+  float fx = Clampf((static_cast<float>(x) + 0.5f) * k - 0.5f, 0.0f, static_cast<float>(p.w - 1));
+  int i = min(static_cast<int>(fx), max(0, p.w - 2));
+  float tx = p.w > 1 ? fx - static_cast<float>(i) : 0.0f;
+  int i1 = min(i + 1, p.w - 1);
+  const float* a = p.v + static_cast<size_t>(y0) * p.w;
+  const float* b = p.v + static_cast<size_t>(y1) * p.w;
+  float c0 = a[i] + (b[i] - a[i]) * ty;
+  float c1 = a[i1] + (b[i1] - a[i1]) * ty;
+  return c0 + (c1 - c0) * tx;
+}
+
+struct ComposeArgs {
+  float paper[3], wash[3], ink[3];
+  int fibre_dx, fibre_dy;
+  int has_wet;
+};
+
+__global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, const float* ink, ComposeArgs a,
+                              DevTex tex, uint8_t* rgb, int w, int h) {
+  int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (x >= w || y >= h) return;
+  float fib = FibreD(tex, x + a.fibre_dx, y + a.fibre_dy);
+  float bl = Sample(blotch, x, y, w, h);
+  float wa = Sample(wash, x, y, w, h);
+  float paper_k = 1.0f - 0.05f * (fib - 0.5f) - 0.06f * (bl - 0.5f);
+  wa = Clampf(wa * (0.85f + 0.3f * fib), 0.0f, 1.0f);
+  float al = ink[static_cast<size_t>(y) * w + x];
+  if (a.has_wet) {
+    float halo = Sample(wet, x, y, w, h);
+    if (halo > 0.0f) {
+      float spread = halo * (0.22f + 0.28f * fib);
+      al = 1.0f - (1.0f - al) * (1.0f - spread);
+    }
+  }
+  uint8_t* out = rgb + (static_cast<size_t>(y) * w + x) * 3;
+  for (int c = 0; c < 3; ++c) {
+    float paper = a.paper[c] * paper_k;
+    float v = paper + (a.wash[c] - paper) * wa;
+    v = v + (a.ink[c] - v) * al;
+    out[c] = static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
+  }
+}
+
+std::string CudaMessage(cudaError_t e, const char* what) {
+  return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+}
+
+dim3 Grid2(int w, int h, dim3 block) {
+  return dim3(static_cast<unsigned>((w + static_cast<int>(block.x) - 1) / static_cast<int>(block.x)),
+              static_cast<unsigned>((h + static_cast<int>(block.y) - 1) / static_cast<int>(block.y)));
+}
+
+}  // namespace
+
+struct CudaContext::Impl {
+  int device = 0;
+  DevTex tex;
+  float* tex_mem = nullptr;
+  size_t budget = 0;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  size_t used = 0;
+
+  void Release(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      used -= bytes;
+    }
+    cv.notify_all();
+  }
+};
+
+namespace {
+
+class CudaPasses final : public Passes {
+ public:
+  CudaPasses(CudaContext::Impl* ctx, size_t reserved) : ctx_(ctx), reserved_(reserved) {}
+  ~CudaPasses() override {
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+    for (void* p : {static_cast<void*>(ink_), static_cast<void*>(wet_[0]), static_cast<void*>(wet_[1]),
+                    static_cast<void*>(wash_), static_cast<void*>(blotch_), static_cast<void*>(rgb_),
+                    static_cast<void*>(dabs_), static_cast<void*>(ridge_y_), static_cast<void*>(ridges_)}) {
+      if (p != nullptr) cudaFree(p);
+    }
+    ctx_->Release(reserved_);
+  }
+
+  Status Init(int w, int h, size_t dabs) {
+    w_ = w;
+    h_ = h;
+    ww_ = std::max(1, w / 2);
+    wh_ = std::max(1, h / 2);
+    lw_ = std::max(8, w / 3);
+    lh_ = std::max(8, h / 3);
+    max_dabs_ = std::max<size_t>(1, dabs);
+    if (!Ok(cudaSetDevice(ctx_->device), "cudaSetDevice") ||
+        !Ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate") ||
+        !Alloc(&ink_, Px(w_, h_) * 4) || !Alloc(&wet_[0], Px(ww_, wh_) * 4) || !Alloc(&wet_[1], Px(ww_, wh_) * 4) ||
+        !Alloc(&wash_, Px(lw_, lh_) * 4) || !Alloc(&blotch_, Px(lw_, lh_) * 4) || !Alloc(&rgb_, Px(w_, h_) * 3) ||
+        !Alloc(&dabs_, max_dabs_ * sizeof(Dab)) || !Alloc(&ridge_y_, static_cast<size_t>(kMaxRidges) * lw_ * 4) ||
+        !Alloc(&ridges_, kMaxRidges * sizeof(Ridge))) {
+      return status_;
+    }
+    return Status::Ok();
+  }
+
+  const char* name() const override { return "cuda"; }
+  Status status() const override { return status_; }
+
+  void StampDabs(const std::vector<Dab>& dabs, const Textures&, Plane* ink) override {
+    if (!Fits(ink, w_, h_, "ink") || !UploadDabs(dabs)) return;
+    const size_t bytes = ink->v.size() * 4;
+    if (!Ok(cudaMemcpyAsync(ink_, ink->v.data(), bytes, cudaMemcpyHostToDevice, stream_), "upload ink")) return;
+    if (!dabs.empty()) {
+      StampKernel<<<static_cast<unsigned>(dabs.size()), 128, 0, stream_>>>(dabs_, ctx_->tex, ink_, ink->w, ink->h);
+      if (!Ok(cudaGetLastError(), "StampKernel")) return;
+    }
+    Download(ink->v.data(), ink_, bytes, "download ink");
+  }
+
+  void StampWet(const std::vector<Dab>& dabs, float scale, Plane* wet) override {
+    if (!Fits(wet, ww_, wh_, "wet") || !UploadDabs(dabs)) return;
+    const size_t bytes = wet->v.size() * 4;
+    if (!Ok(cudaMemcpyAsync(wet_[0], wet->v.data(), bytes, cudaMemcpyHostToDevice, stream_), "upload wet")) return;
+    if (!dabs.empty()) {
+      WetKernel<<<static_cast<unsigned>(dabs.size()), 128, 0, stream_>>>(dabs_, scale, wet_[0], wet->w, wet->h);
+      if (!Ok(cudaGetLastError(), "WetKernel")) return;
+    }
+    Download(wet->v.data(), wet_[0], bytes, "download wet");
+  }
+
+  void Diffuse(const Textures&, int iterations, Plane* wet) override {
+    if (!status_.ok() || !Fits(wet, ww_, wh_, "wet")) return;
+    // The wet area's bounds (on the host copy, as the CPU does), grown by the spread.
+    int bx0 = wet->w, bx1 = -1, by0 = wet->h, by1 = -1;
+    for (int y = 0; y < wet->h; ++y) {
+      const float* r = wet->row(y);
+      for (int x = 0; x < wet->w; ++x) {
+        if (r[x] > 0) {
+          bx0 = std::min(bx0, x); bx1 = std::max(bx1, x);
+          by0 = std::min(by0, y); by1 = std::max(by1, y);
+        }
+      }
+    }
+    if (bx1 < 0 || iterations <= 0) return;
+    bx0 = std::max(0, bx0 - iterations); bx1 = std::min(wet->w - 1, bx1 + iterations);
+    by0 = std::max(0, by0 - iterations); by1 = std::min(wet->h - 1, by1 + iterations);
+    const size_t bytes = wet->v.size() * 4;
+    if (!Ok(cudaMemcpyAsync(wet_[0], wet->v.data(), bytes, cudaMemcpyHostToDevice, stream_), "upload wet") ||
+        !Ok(cudaMemcpyAsync(wet_[1], wet_[0], bytes, cudaMemcpyDeviceToDevice, stream_), "copy wet")) {
+      return;
+    }
+    dim3 block(32, 8);
+    dim3 grid = Grid2(bx1 - bx0 + 1, by1 - by0 + 1, block);
+    int cur = 0;
+    for (int it = 0; it < iterations; ++it) {
+      DiffuseKernel<<<grid, block, 0, stream_>>>(wet_[cur], wet_[1 - cur], wet->w, wet->h, ctx_->tex, bx0, bx1, by0,
+                                                 by1);
+      if (!Ok(cudaGetLastError(), "DiffuseKernel")) return;
+      cur = 1 - cur;
+    }
+    Download(wet->v.data(), wet_[cur], bytes, "download wet");
+  }
+
+  void Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) override {
+    if (!status_.ok() || !Fits(wash, lw_, lh_, "wash")) return;
+    if (p.ridges.size() > static_cast<size_t>(kMaxRidges)) {
+      status_ = Internal("cuda landscape: more than 16 ridges");
+      return;
+    }
+    const int w = wash->w;
+    // Ridge heights per column: cheap and 1-D, computed as on the CPU.
+    host_ridge_y_.assign(std::max<size_t>(1, static_cast<size_t>(w) * p.ridges.size()), 0.0f);
+    for (size_t r = 0; r < p.ridges.size(); ++r) {
+      for (int x = 0; x < w; ++x) {
+        float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
+        host_ridge_y_[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = RidgeY(p.ridges[r], tex, fx);
+      }
+    }
+    if (!p.ridges.empty() &&
+        (!Ok(cudaMemcpyAsync(ridge_y_, host_ridge_y_.data(), host_ridge_y_.size() * 4, cudaMemcpyHostToDevice,
+                             stream_), "upload ridge heights") ||
+         !Ok(cudaMemcpyAsync(ridges_, p.ridges.data(), p.ridges.size() * sizeof(Ridge), cudaMemcpyHostToDevice,
+                             stream_), "upload ridges"))) {
+      return;
+    }
+    // host_ridge_y_ outlives the async copy: Download below synchronises the stream.
+    LandArgs a{static_cast<int>(p.ridges.size()), p.water_top, p.water_phase, p.sky};
+    dim3 block(32, 8);
+    LandscapeKernel<<<Grid2(wash->w, wash->h, block), block, 0, stream_>>>(ridges_, ridge_y_, a, ctx_->tex, wash_,
+                                                                           wash->w, wash->h);
+    if (!Ok(cudaGetLastError(), "LandscapeKernel")) return;
+    Download(wash->v.data(), wash_, wash->v.size() * 4, "download wash");
+  }
+
+  void Compose(const ComposeInputs& in, const Textures&, int w, int h, uint8_t* rgb) override {
+    if (!status_.ok()) return;
+    if (w != w_ || h != h_ || !Fits(in.ink, w_, h_, "ink") || in.wash_low == nullptr ||
+        !Fits(in.wash_low, lw_, lh_, "wash") ||
+        (in.wet_half != nullptr && !Fits(in.wet_half, ww_, wh_, "wet"))) {
+      if (status_.ok()) status_ = Internal("cuda compose: planes do not match the reserved canvas");
+      return;
+    }
+    const Plane& wash = *in.wash_low;
+    if (!Ok(cudaMemcpyAsync(wash_, wash.v.data(), wash.v.size() * 4, cudaMemcpyHostToDevice, stream_), "upload wash") ||
+        !Ok(cudaMemcpyAsync(ink_, in.ink->v.data(), in.ink->v.size() * 4, cudaMemcpyHostToDevice, stream_),
+            "upload ink") ||
+        (in.wet_half != nullptr &&
+         !Ok(cudaMemcpyAsync(wet_[0], in.wet_half->v.data(), in.wet_half->v.size() * 4, cudaMemcpyHostToDevice,
+                             stream_), "upload wet"))) {
+      return;
+    }
+    dim3 block(32, 8);
+    const float bscale = static_cast<float>(w) / static_cast<float>(wash.w) / 220.0f;
+    BlotchKernel<<<Grid2(wash.w, wash.h, block), block, 0, stream_>>>(ctx_->tex, blotch_, wash.w, wash.h, bscale);
+    if (!Ok(cudaGetLastError(), "BlotchKernel")) return;
+    ComposeArgs a{};
+    for (int c = 0; c < 3; ++c) {
+      a.paper[c] = in.paper_rgb[c];
+      a.wash[c] = in.wash_rgb[c];
+      a.ink[c] = in.ink_rgb[c];
+    }
+    a.fibre_dx = in.fibre_dx;
+    a.fibre_dy = in.fibre_dy;
+    a.has_wet = in.wet_half != nullptr ? 1 : 0;
+    LowPlane lwash{wash_, wash.w, wash.h}, lblotch{blotch_, wash.w, wash.h};
+    LowPlane lwet{wet_[0], in.wet_half != nullptr ? in.wet_half->w : 1, in.wet_half != nullptr ? in.wet_half->h : 1};
+    ComposeKernel<<<Grid2(w, h, block), block, 0, stream_>>>(lwash, lblotch, lwet, ink_, a, ctx_->tex, rgb_, w, h);
+    if (!Ok(cudaGetLastError(), "ComposeKernel")) return;
+    Download(rgb, rgb_, static_cast<size_t>(w) * static_cast<size_t>(h) * 3, "download rgb");
+  }
+
+ private:
+  static size_t Px(int w, int h) { return static_cast<size_t>(w) * static_cast<size_t>(h); }
+
+  bool Ok(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return true;
+    if (status_.ok()) {
+      status_ = (e == cudaErrorMemoryAllocation ? ResourceExhausted(CudaMessage(e, what))
+                                                : Unavailable(CudaMessage(e, what)));
+    }
+    return false;
+  }
+  template <typename T>
+  bool Alloc(T** p, size_t bytes) {
+    void* v = nullptr;
+    if (!Ok(cudaMalloc(&v, bytes), "cudaMalloc")) return false;
+    *p = static_cast<T*>(v);
+    return true;
+  }
+  bool Fits(const Plane* p, int w, int h, const char* what) {
+    if (!status_.ok()) return false;
+    if (p == nullptr || p->w != w || p->h != h || p->v.size() != Px(w, h)) {
+      status_ = Internal(std::string("cuda passes: ") + what + " plane does not match the reserved canvas");
+      return false;
+    }
+    return true;
+  }
+  bool UploadDabs(const std::vector<Dab>& dabs) {
+    if (!status_.ok()) return false;
+    if (dabs.size() > max_dabs_) {
+      status_ = Internal("cuda passes: more dabs than reserved");
+      return false;
+    }
+    if (dabs.empty()) return true;
+    return Ok(cudaMemcpyAsync(dabs_, dabs.data(), dabs.size() * sizeof(Dab), cudaMemcpyHostToDevice, stream_),
+              "upload dabs");
+  }
+  void Download(void* host, const void* dev, size_t bytes, const char* what) {
+    if (!Ok(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_), what)) return;
+    Ok(cudaStreamSynchronize(stream_), what);
+  }
+
+  CudaContext::Impl* ctx_;
+  size_t reserved_;
+  Status status_;
+  cudaStream_t stream_ = nullptr;
+  int w_ = 0, h_ = 0, ww_ = 0, wh_ = 0, lw_ = 0, lh_ = 0;
+  size_t max_dabs_ = 0;
+  float* ink_ = nullptr;
+  float* wet_[2] = {nullptr, nullptr};
+  float* wash_ = nullptr;
+  float* blotch_ = nullptr;
+  uint8_t* rgb_ = nullptr;
+  Dab* dabs_ = nullptr;
+  float* ridge_y_ = nullptr;
+  Ridge* ridges_ = nullptr;
+  std::vector<float> host_ridge_y_;
+};
+
+}  // namespace
+
+CudaProbe ProbeCuda() {
+  CudaProbe p;
+  p.compiled = true;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    p.error = CudaMessage(e, "cudaGetDeviceCount");
+    cudaGetLastError();  // clear
+    return p;
+  }
+  p.devices = n;
+  cudaDeviceProp prop{};
+  if (n > 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    p.name = prop.name;
+  }
+  return p;
+}
+
+CudaContext::CudaContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CudaContext::~CudaContext() {
+  if (impl_ != nullptr && impl_->tex_mem != nullptr) cudaFree(impl_->tex_mem);
+}
+
+Result<std::unique_ptr<CudaContext>> CudaContext::Create(const Textures& tex, size_t budget_bytes) {
+  auto impl = std::make_unique<Impl>();
+  cudaError_t e = cudaSetDevice(impl->device);
+  if (e != cudaSuccess) return Unavailable(CudaMessage(e, "cudaSetDevice"));
+  size_t free_b = 0, total_b = 0;
+  e = cudaMemGetInfo(&free_b, &total_b);
+  if (e != cudaSuccess) return Unavailable(CudaMessage(e, "cudaMemGetInfo"));
+  impl->budget = budget_bytes != 0 ? budget_bytes : free_b / 10 * 8;
+  const size_t nf = tex.fibre.size(), n2 = tex.noise2.size(), n1 = tex.noise1.size();
+  void* mem = nullptr;
+  e = cudaMalloc(&mem, (nf + n2 + n1) * sizeof(float));
+  if (e != cudaSuccess) return Unavailable(CudaMessage(e, "cudaMalloc textures"));
+  impl->tex_mem = static_cast<float*>(mem);
+  std::unique_ptr<CudaContext> ctx(new CudaContext(std::move(impl)));
+  float* base = ctx->impl_->tex_mem;
+  if ((e = cudaMemcpy(base, tex.fibre.data(), nf * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
+      (e = cudaMemcpy(base + nf, tex.noise2.data(), n2 * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
+      (e = cudaMemcpy(base + nf + n2, tex.noise1.data(), n1 * 4, cudaMemcpyHostToDevice)) != cudaSuccess) {
+    return Unavailable(CudaMessage(e, "upload textures"));
+  }
+  ctx->impl_->tex = DevTex{base, base + nf, base + nf + n2};
+  return Result<std::unique_ptr<CudaContext>>(std::move(ctx));
+}
+
+size_t CudaContext::budget_bytes() const { return impl_->budget; }
+
+size_t CudaContext::in_use_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->used;
+}
+
+Result<std::unique_ptr<Passes>> CudaContext::MakePasses(int w, int h, size_t dabs) {
+  const size_t need = DeviceBytesPerRender(w, h, dabs);
+  if (need > impl_->budget) {
+    return ResourceExhausted("render needs " + std::to_string(need >> 20) + " MiB of device memory, budget is " +
+                             std::to_string(impl_->budget >> 20) + " MiB");
+  }
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    impl_->cv.wait(lock, [&] { return impl_->used + need <= impl_->budget; });
+    impl_->used += need;
+  }
+  auto p = std::make_unique<CudaPasses>(impl_.get(), need);  // releases `need` when destroyed
+  Status s = p->Init(w, h, dabs);
+  if (!s.ok()) return s;
+  return std::unique_ptr<Passes>(std::move(p));
+}
+
+}  // namespace danqing::render

@@ -1,0 +1,45 @@
+// The CUDA backend of the heavy passes (issue 11): the same math as
+// passes_cpu.cc (float, no fused multiply-add), one device per process.
+//
+// A CudaContext owns the device copies of the Textures and a budget of device
+// bytes; each render takes a CudaPasses for its canvas, which reserves
+// DeviceBytesPerRender() from the budget (waiting while other renders hold it),
+// allocates its planes and runs on its own stream. A CUDA error inside a pass
+// is sticky: later passes do nothing and status() reports it, so the Renderer
+// redoes that render on the CPU.
+//
+// Without DANQING_CUDA the stub (passes_cuda_stub.cc) reports UNAVAILABLE.
+// Thread-safety: CudaContext is thread-safe; a CudaPasses is one render's.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "common/status.h"
+#include "render/backend.h"
+#include "render/passes.h"
+
+namespace danqing::render {
+
+class CudaContext {
+ public:
+  // budget_bytes 0: 80% of the device's free memory now.
+  static Result<std::unique_ptr<CudaContext>> Create(const Textures& tex, size_t budget_bytes);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  size_t budget_bytes() const;
+  size_t in_use_bytes() const;
+  // Passes for one w x h render with `dabs` imprints. RESOURCE_EXHAUSTED when
+  // one render alone exceeds the budget; UNAVAILABLE/INTERNAL on a CUDA error.
+  Result<std::unique_ptr<Passes>> MakePasses(int w, int h, size_t dabs);
+
+  struct Impl;
+
+ private:
+  explicit CudaContext(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace danqing::render

@@ -27,7 +27,12 @@ Status Guard(const char* what, F&& f) {
 class CvPerceiver final : public Perceiver {
  public:
   CvPerceiver(CvPerceiverOptions options, cv::CascadeClassifier face, cv::CascadeClassifier cat)
-      : options_(std::move(options)), face_(std::move(face)), cat_(std::move(cat)) {}
+      : options_(std::move(options)), face_(std::move(face)), cat_(std::move(cat)) {
+    // The service already runs one perception per render worker; OpenCV's own
+    // thread pool on top would oversubscribe the cores (and its uninstrumented
+    // workers are invisible to ThreadSanitizer). Run OpenCV's loops inline.
+    cv::setNumThreads(0);
+  }
 
   std::string Name() const override { return "opencv-classic"; }
 

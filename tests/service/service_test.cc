@@ -363,7 +363,14 @@ TEST_F(ServiceTest, PageHealthAndMetrics) {
   EXPECT_EQ(c.Get("/healthz")->status, 200);
   EXPECT_EQ(c.Get("/readyz")->status, 200);
   ASSERT_EQ(PostRaw(Photo("chelsea.jpg"))->status, 200);
+  // The request's figures are recorded once its response is written, which
+  // may be just after the client has read it: wait for them.
   auto m = c.Get("/metrics");
+  for (int i = 0; i < 100 && m && m->body.find("route=\"/v1/inscriptions\",le=\"+Inf\"") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    m = c.Get("/metrics");
+  }
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
   EXPECT_THAT(m->body, HasSubstr("danqing_render_backend_info{backend=\"cpu\"} 1"));

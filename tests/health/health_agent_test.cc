@@ -357,7 +357,13 @@ TEST_F(HealthAgentTest, HealthAndProbesAreOnTheMetricsEndpoint) {
   auto health = cli.Get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+  // Ready once the agent has seen its Register call return (the kubelet may
+  // have recorded the registration a moment earlier).
   auto ready = cli.Get("/readyz");
+  for (int i = 0; i < 100 && ready && ready->status != 200; ++i) {
+    std::this_thread::sleep_for(50ms);
+    ready = cli.Get("/readyz");
+  }
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 200);
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "testing/kubelet/kubelet_emulator.h"
+#include "bench/soak/proc_stat.h"
 #include "testing/support/fake_node.h"
 
 namespace {
@@ -35,31 +36,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using danqing::testing::KubeletEmulator;
 using namespace std::chrono_literals;
+using danqing::soak::KeepPeak;
+using danqing::soak::ProcStat;
+using danqing::soak::Sample;
 using Devices = std::vector<::v1beta1::Device>;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
-
-struct ProcStat {
-  long rss_kib = 0;
-  int threads = 0;
-  int fds = 0;
-};
-
-ProcStat Sample(int pid) {
-  ProcStat s;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) s.rss_kib = std::stol(line.substr(6));
-    if (line.rfind("Threads:", 0) == 0) s.threads = std::stoi(line.substr(8));
-  }
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++s.fds;
-  }
-  return s;
-}
 
 int FreePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -253,9 +235,7 @@ int main(int argc, char** argv) {
       next_reload = now + 31s;
     }
     const ProcStat s = Sample(daemon.pid());
-    peak.rss_kib = std::max(peak.rss_kib, s.rss_kib);
-    peak.threads = std::max(peak.threads, s.threads);
-    peak.fds = std::max(peak.fds, s.fds);
+    KeepPeak(peak, s);
     std::this_thread::sleep_for(100ms);
   }
   if (lost_gpu >= 0) node.Control(R"({"cmd":"lost","gpu":)" + std::to_string(lost_gpu) + R"(,"lost":false})");
@@ -281,9 +261,7 @@ int main(int argc, char** argv) {
               max_rereg_ms.load());
   std::printf("  config reloads: %ld, XIDs injected: %ld, GPUs lost and recovered: %ld\n", reloads.load(),
               xids.load(), losses.load());
-  std::printf("  agent RSS KiB start/end/peak: %ld / %ld / %ld\n", start.rss_kib, end.rss_kib, peak.rss_kib);
-  std::printf("  agent FDs start/end/peak: %d / %d / %d\n", start.fds, end.fds, peak.fds);
-  std::printf("  agent threads start/end/peak: %d / %d / %d\n", start.threads, end.threads, peak.threads);
+  danqing::soak::PrintProcStats("agent", start, end, peak);
   std::printf("  agent alive at the end: %s; exit code after SIGTERM: %d; sanitizer report: %s\n",
               alive ? "yes" : "NO", rc, sanitizer ? "YES" : "none");
   // Flat: no descriptor leak; memory within 25% (and 4 MiB) of the start.

@@ -24,34 +24,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench/soak/proc_stat.h"
 #include "testing/support/fake_node.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-struct ProcStat {
-  long rss_kib = 0;
-  int threads = 0;
-  int fds = 0;
-};
-
-ProcStat Sample(int pid) {
-  ProcStat s;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) s.rss_kib = std::stol(line.substr(6));
-    if (line.rfind("Threads:", 0) == 0) s.threads = std::stoi(line.substr(8));
-  }
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++s.fds;
-  }
-  return s;
-}
+using danqing::soak::KeepPeak;
+using danqing::soak::ProcStat;
+using danqing::soak::Sample;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -161,9 +143,7 @@ int main(int argc, char** argv) {
       start = s;
       started = true;
     }
-    peak.rss_kib = std::max(peak.rss_kib, s.rss_kib);
-    peak.threads = std::max(peak.threads, s.threads);
-    peak.fds = std::max(peak.fds, s.fds);
+    KeepPeak(peak, s);
   }
   stop = true;
   for (auto& t : threads) t.join();
@@ -184,9 +164,7 @@ int main(int argc, char** argv) {
   }
   std::printf("  inscriptions rendered: %ld\n", ok);
   std::printf("  (start = after %.0f s of load)\n", std::chrono::duration<double>(warm).count());
-  std::printf("  server RSS KiB start/end/peak: %ld / %ld / %ld\n", start.rss_kib, end.rss_kib, peak.rss_kib);
-  std::printf("  server FDs start/end/peak: %d / %d / %d\n", start.fds, end.fds, peak.fds);
-  std::printf("  server threads start/end/peak: %d / %d / %d\n", start.threads, end.threads, peak.threads);
+  danqing::soak::PrintProcStats("server", start, end, peak);
   std::printf("  server alive at the end: %s; exit code after SIGTERM: %d; sanitizer report: %s\n",
               alive ? "yes" : "NO", rc, sanitizer ? "YES" : "none");
   // Start = after the warm-up under load; end = after the load stopped.

@@ -19,7 +19,7 @@
 # 77: nothing failed but an image was skipped because its binary is not built
 # (said on a SKIP line); 2: usage error or buildah missing.
 #
-# A binary without --version (the agent, until it gets one) is probed with
+# Both binaries answer --version. One that does not (an older build) is probed with
 # --help instead, which still proves that the loader resolves every library;
 # a WARN line says so. DANQING_IMAGES_REQUIRE_VERSION=1 makes that a failure.
 set -uo pipefail

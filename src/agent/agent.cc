@@ -78,6 +78,10 @@ Result<health::CheckerOptions> HealthOptionsFrom(const config::Config& cfg) {
   o.monitor.policy = std::move(policy).value();
   o.monitor.quiet_period = std::chrono::duration_cast<health::Clock::duration>(cfg.danqing.xid_quiet_period);
   o.poll_interval = std::chrono::duration_cast<health::Clock::duration>(cfg.danqing.health_check_interval);
+  o.on_event_published = [](std::chrono::steady_clock::duration d) {
+    metrics::AgentMetrics().health_event_publish_seconds.WithLabels({}).Observe(
+        std::chrono::duration<double>(d).count());
+  };
   return o;
 }
 

@@ -35,6 +35,25 @@ struct PluginManager::Entry {
 
 namespace {
 
+// Whether two snapshots advertise the same devices, whatever their health.
+bool SameDevicesIgnoringHealth(const ResourceSet& a, const ResourceSet& b) {
+  if (a.resources.size() != b.resources.size()) return false;
+  for (size_t i = 0; i < a.resources.size(); ++i) {
+    const Resource& ra = a.resources[i];
+    const Resource& rb = b.resources[i];
+    if (ra.name != rb.name || ra.devices.size() != rb.devices.size()) return false;
+    for (size_t j = 0; j < ra.devices.size(); ++j) {
+      Device da = ra.devices[j];
+      Device db = rb.devices[j];
+      da.healthy = db.healthy = true;
+      da.unhealthy_reason.clear();
+      db.unhealthy_reason.clear();
+      if (!(da == db)) return false;
+    }
+  }
+  return true;
+}
+
 bool Exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
@@ -71,15 +90,35 @@ Status PluginManager::Start(std::shared_ptr<const ResourceSet> set) {
     }
   }
   thread_ = std::thread([this] { Run(); });
+  std::lock_guard<std::mutex> l(mu_);
+  started_ = true;
   return Status::Ok();
 }
 
 void PluginManager::Update(std::shared_ptr<const ResourceSet> set) {
   {
     std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return;
+    // Same resources as now (a health change, a reload that kept the layout)
+    // and nothing queued before it: publish on the caller's thread. Each
+    // hand-off to another thread is a wake-up the scheduler may delay, and an
+    // unhealthy GPU should reach ListAndWatch as fast as the event came.
+    if (!pending_ && started_ && SameResources(*set)) {
+      ApplyLocked(set);
+      return;
+    }
     pending_ = std::move(set);
   }
   Wake();
+}
+
+// Caller holds mu_.
+bool PluginManager::SameResources(const ResourceSet& set) const {
+  if (set.resources.size() != entries_.size()) return false;
+  for (const auto& r : set.resources) {
+    if (entries_.find(r.name) == entries_.end()) return false;
+  }
+  return true;
 }
 
 void PluginManager::Stop() {
@@ -127,6 +166,11 @@ std::vector<ResourceStatus> PluginManager::Statuses() const {
 // Caller holds no lock; takes mu_ for the structure.
 void PluginManager::Apply(const std::shared_ptr<const ResourceSet>& set) {
   std::lock_guard<std::mutex> l(mu_);
+  ApplyLocked(set);
+}
+
+// Caller holds mu_.
+void PluginManager::ApplyLocked(const std::shared_ptr<const ResourceSet>& set) {
   const std::shared_ptr<const ResourceSet> previous = current_;
   current_ = set;
   for (const auto& r : set->resources) {
@@ -159,7 +203,9 @@ void PluginManager::Apply(const std::shared_ptr<const ResourceSet>& set) {
       ++it;
     }
   }
-  WriteCdi(*set);
+  // The CDI spec names devices, not their health: a health change leaves it as
+  // it is, and the hot path writes no file.
+  if (!cdi_written_ || previous == nullptr || !SameDevicesIgnoringHealth(*previous, *set)) WriteCdi(*set);
 }
 
 // Caller holds mu_.
@@ -276,8 +322,10 @@ void PluginManager::HandleInotify() {
 }
 
 void PluginManager::WriteCdi(const ResourceSet& set) {
+  cdi_written_ = true;
   if (options_.cdi_root.empty() || !UsesCdi(options_.allocate)) return;
   if (Status st = WriteCdiSpec(set, options_.cdi_root, options_.allocate); !st.ok()) {
+    cdi_written_ = false;  // try again with the next snapshot
     spdlog::error("plugin: writing the CDI spec failed: {}", st.ToString());
   }
 }

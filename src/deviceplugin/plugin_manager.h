@@ -11,8 +11,10 @@
 // restarted and registers again. While the kubelet is absent, registration is
 // retried with capped exponential backoff. No fixed polling interval.
 //
-// Thread-safety: all public methods may be called from any thread; work is
-// handed to the manager thread through a queue (commands) and an eventfd.
+// Thread-safety: all public methods may be called from any thread. Structural
+// work (serving, registering) is handed to the manager thread through an
+// eventfd; a snapshot that keeps the same resources is applied on the caller's
+// thread, under mu_.
 #pragma once
 
 #include <chrono>
@@ -68,6 +70,9 @@ class PluginManager {
 
   // Publishes a new snapshot (health change, reload). Resources that appear
   // are served and registered; resources that disappear stop being served.
+  // A snapshot with the same resources as the current one (a health change)
+  // reaches the ListAndWatch streams before Update returns; others are handed
+  // to the manager thread.
   void Update(std::shared_ptr<const ResourceSet> set);
 
   // Stops every server, removes the sockets, joins the thread. Idempotent.
@@ -80,6 +85,8 @@ class PluginManager {
   void Run();
   void Wake();
   void Apply(const std::shared_ptr<const ResourceSet>& set);
+  void ApplyLocked(const std::shared_ptr<const ResourceSet>& set);
+  bool SameResources(const ResourceSet& set) const;
   void Serve(Entry& e);
   void TryRegister(Entry& e);
   void RegisterAllNow();
@@ -96,7 +103,9 @@ class PluginManager {
   std::shared_ptr<const ResourceSet> pending_;              // guarded by mu_: set to apply
   std::map<std::string, std::unique_ptr<Entry>> entries_;   // guarded by mu_ (structure); entries
                                                             // themselves are touched by the thread
-  std::shared_ptr<const ResourceSet> current_;              // manager thread only
+  std::shared_ptr<const ResourceSet> current_;              // guarded by mu_
+  bool started_ = false;                                    // guarded by mu_: thread_ runs
+  bool cdi_written_ = false;                                // guarded by mu_: the spec matches current_
 };
 
 }  // namespace danqing::deviceplugin

@@ -34,6 +34,10 @@ namespace danqing::health {
 struct CheckerOptions {
   MonitorOptions monitor;
   Clock::duration poll_interval = std::chrono::seconds(1);
+  // Called on the events thread after an NVML event changed health, with the
+  // time from the event leaving NVML to `publish` returning (the agent's own
+  // share of event-to-ListAndWatch latency). May be empty.
+  std::function<void(std::chrono::steady_clock::duration)> on_event_published;
 };
 
 class Checker {

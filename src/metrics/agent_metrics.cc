@@ -33,6 +33,10 @@ AgentMetricFamilies& AgentMetrics() {
         r.AddCounter("danqing_nvml_errors",
                      "NVML calls that failed (other than NOT_SUPPORTED), by Danqing status code.",
                      {"code"}),
+        r.AddHistogram("danqing_health_event_publish_duration_seconds",
+                       "Time from an NVML event that changed a device's health leaving NVML to the "
+                       "new device list being handed to every ListAndWatch stream.",
+                       {}, LatencyBuckets(), "seconds"),
     };
     f->build_info.WithLabels({BuildVersion()}).Set(1);
     return f;

@@ -25,6 +25,7 @@ struct AgentMetricFamilies {
       preferred_seconds;         // danqing_plugin_preferred_allocation_duration_seconds{resource}
   Family<Counter>& reloads;      // danqing_config_reloads_total{result="ok|failed"}
   Family<Counter>& nvml_errors;  // danqing_nvml_errors_total{code}
+  Family<Histogram>& health_event_publish_seconds;  // danqing_health_event_publish_duration_seconds
 };
 
 // Registers the families in DefaultRegistry() the first time it is called

@@ -204,6 +204,7 @@ class KubeletEmulator::Impl {
     bool has_devices = false;
     std::vector<v1beta1::Device> devices;
     int64_t stream_updates = 0;
+    std::chrono::steady_clock::time_point last_update{};  // when the current list arrived
     bool stream_ended = false;
     grpc::Status stream_status;
   };
@@ -399,9 +400,11 @@ void KubeletEmulator::Impl::RunStream(const std::shared_ptr<Stream>& stream) {
       stub.ListAndWatch(&stream->context, v1beta1::Empty());
   v1beta1::ListAndWatchResponse message;
   while (reader->Read(&message)) {
+    const auto received = std::chrono::steady_clock::now();
     std::lock_guard lock(mu_);
     Resource& r = resources_[stream->resource];
     if (r.stream != stream) continue;  // replaced by a newer registration
+    r.last_update = received;
     r.devices.assign(message.devices().begin(), message.devices().end());
     r.has_devices = true;
     ++r.stream_updates;
@@ -597,6 +600,12 @@ int64_t KubeletEmulator::StreamUpdates(const std::string& resource) const {
   std::lock_guard lock(impl_->mu_);
   const Impl::Resource* r = impl_->Find(resource);
   return r == nullptr ? 0 : r->stream_updates;
+}
+
+std::chrono::steady_clock::time_point KubeletEmulator::LastUpdateTime(const std::string& resource) const {
+  std::lock_guard lock(impl_->mu_);
+  const Impl::Resource* r = impl_->Find(resource);
+  return r == nullptr ? std::chrono::steady_clock::time_point{} : r->last_update;
 }
 
 bool KubeletEmulator::StreamEnded(const std::string& resource) const {

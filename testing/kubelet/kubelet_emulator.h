@@ -136,6 +136,9 @@ class KubeletEmulator {
   std::vector<v1beta1::Device> Devices(const std::string& resource) const;
   // ListAndWatch messages received on the current registration's stream.
   int64_t StreamUpdates(const std::string& resource) const;
+  // When the current device list arrived (read off the stream, before the
+  // emulator's lock); a default time point if none has.
+  std::chrono::steady_clock::time_point LastUpdateTime(const std::string& resource) const;
   // Whether the current registration's stream has ended.
   bool StreamEnded(const std::string& resource) const;
   // Waits until StreamEnded(resource).

@@ -3,13 +3,20 @@
 // unix sockets.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+
+#include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/plugin_manager.h"
 #include "deviceplugin/resource.h"
@@ -377,6 +384,80 @@ TEST_F(PluginTest, CdiStrategiesWriteTheSpecAndName) {
   ASSERT_EQ(r.response.annotations_size(), 1);
   EXPECT_THAT(r.response.annotations().begin()->first, HasSubstr("cdi.k8s.io/danqing-device-plugin_"));
   EXPECT_EQ(r.response.envs().count("NVIDIA_VISIBLE_DEVICES"), 0u);
+}
+
+ino_t Inode(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+TEST_F(PluginTest, HealthChangeIsAppliedWhileTheManagerThreadIsBusy) {
+  // A "kubelet" that accepts the connection and never answers keeps the
+  // manager thread inside Register. A health change must not wait for it:
+  // it is applied on the caller's thread before Update returns.
+  LoadNode("a100-8x-nvswitch");
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string kubelet_sock = dir_ + "/kubelet.sock";
+  std::strncpy(addr.sun_path, kubelet_sock.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  ManagerOptions opts;
+  opts.register_timeout = 2s;
+  StartPlugin(opts);
+  pollfd pfd{listener, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 5000), 1) << "the manager never dialled the kubelet";
+  const int stuck = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);  // Register now waits
+  ASSERT_GE(stuck, 0);
+
+  const auto statuses = manager_->Statuses();
+  ASSERT_EQ(statuses.size(), 1u);
+  auto stub = v1beta1::DevicePlugin::NewStub(
+      grpc::CreateChannel("unix://" + statuses[0].socket_path, grpc::InsecureChannelCredentials()));
+  auto allocate = [&](const std::string& id) {
+    v1beta1::AllocateRequest req;
+    req.add_container_requests()->add_devices_ids(id);
+    v1beta1::AllocateResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    return stub->Allocate(&ctx, req, &resp);
+  };
+  const std::string sick = inventory_.gpus[5].uuid;
+  ASSERT_TRUE(allocate(sick).ok());
+  manager_->Update(WithHealth(*set_, {{sick, "XID 79"}}));
+  const grpc::Status refused = allocate(sick);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("XID 79"));
+  manager_->Update(WithHealth(*set_, {}));
+  EXPECT_TRUE(allocate(sick).ok());
+  manager_.reset();  // waits out the stuck Register
+  ::close(stuck);
+  ::close(listener);
+}
+
+TEST_F(PluginTest, CdiSpecIsRewrittenForNewDevicesNotForHealth) {
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  ManagerOptions opts;
+  opts.cdi_root = dir_ + "/cdi";
+  opts.allocate.device_list_strategies = {DeviceListStrategy::kCdiCri};
+  StartPlugin(opts);
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  const std::string spec_path = opts.cdi_root + "/k8s.device-plugin.danqing.io-gpu.json";
+  const ino_t first = Inode(spec_path);
+  ASSERT_NE(first, 0u);
+  // The spec is replaced by rename, so a rewrite shows as a new inode.
+  manager_->Update(WithHealth(*set_, {{inventory_.gpus[2].uuid, "XID 48"}}));
+  EXPECT_EQ(Inode(spec_path), first) << "a health change rewrote the CDI spec";
+  ResourceOptions ropts;
+  ropts.time_slicing.push_back({"nvidia.com/gpu", "", 2, {}});
+  auto shared = BuildResources(inventory_, ropts);
+  ASSERT_TRUE(shared.ok());
+  manager_->Update(*shared);  // same resource name, new device list
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 16));
+  EXPECT_NE(Inode(spec_path), first) << "new devices left the CDI spec as it was";
 }
 
 }  // namespace

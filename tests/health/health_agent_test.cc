@@ -385,6 +385,12 @@ TEST_F(HealthAgentTest, HealthAndProbesAreOnTheMetricsEndpoint) {
   EXPECT_TRUE(has("DCGM_FI_DEV_XID_ERRORS{"));
   EXPECT_TRUE(has("danqing_health_transitions_total{transition=\"unhealthy:xid\"} 1"));
   EXPECT_TRUE(has("danqing_plugin_registrations_total{resource=\"nvidia.com/gpu\"}"));
+  // The agent's own share of event-to-ListAndWatch latency, one sample per
+  // event that changed health (the registry is per process: at least this one).
+  const std::string count = "danqing_health_event_publish_duration_seconds_count ";
+  const size_t at = body.find(count);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GE(std::stod(body.substr(at + count.size())), 1.0);
 
   // The kubelet gone: not ready (nothing registered), still alive.
   kubelet_->Stop();

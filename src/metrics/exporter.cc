@@ -1,5 +1,7 @@
 #include "metrics/exporter.h"
 
+#include <malloc.h>
+
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
@@ -129,6 +131,12 @@ void Exporter::Loop() {
     snap_ = std::move(snap);
     completed_ = std::max(completed_, target);
     cv_.notify_all();
+    l.unlock();
+    // A collection and the scrapes in between allocate and free a few hundred
+    // KiB of short-lived buffers (200 pods: ~280 KiB per rendered body); give
+    // the freed pages back instead of keeping them resident until the next.
+    ::malloc_trim(0);
+    l.lock();
   }
   cv_.notify_all();
 }

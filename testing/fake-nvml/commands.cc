@@ -125,7 +125,14 @@ json cmd_xid(State& state, const json& command) {
   event.gpu_instance_id = get_uint(command, "gpu_instance_id", event.gpu_instance_id);
   event.compute_instance_id = get_uint(command, "compute_instance_id", event.compute_instance_id);
   state.queue_event(event);
-  return ok();
+  // When the event entered the queues, on the steady clock (CLOCK_MONOTONIC, the
+  // same in every process of the machine): benchmarks time from here, leaving
+  // out the control socket.
+  json reply = ok();
+  reply["queued_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch())
+                           .count();
+  return reply;
 }
 
 json cmd_ecc(State& state, const json& command) {

@@ -12,7 +12,9 @@
 //   - polled condition to ListAndWatch at the default 1 s poll interval;
 //   - CPU use of the danqing-device-plugin process while idle-polling 8 GPUs
 //     (utime+stime from /proc/<pid>/stat over a window).
-// Usage: health_bench [events] [idle-seconds] [poll-ms]
+// Usage: [HB_NO_METRICS=1] health_bench [events] [idle-seconds] [poll-ms]
+//   (HB_NO_METRICS: the in-process agent without its metrics endpoint, to
+//   rule the collector's NVML reads and gRPC client out of the event path)
 //   (default 300 events, 20 s, 20 ms polling during the event figure: each GPU
 //   recovers at the next poll, ready for its next event)
 #include <sys/socket.h>
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
   cfg.danqing.cdi_root = dir + "/cdi";
   cfg.danqing.nvml_lib = danqing::testing::FakeNvmlLibrary();
   cfg.danqing.node_features_file = "";
+  if (std::getenv("HB_NO_METRICS")) cfg.danqing.metrics_addr = "";
   cfg.danqing.xid_quiet_period = 0s;  // recovers at the next poll, ready for the next event
   cfg.danqing.health_check_interval = std::chrono::milliseconds(poll_ms);
   {

@@ -157,8 +157,9 @@ int main(int argc, char** argv) {
         return 1;
       }
       seen.push_back(Ms(Clock::now() - t0));
-      lat.push_back(Ms(kubelet.LastUpdateTime("nvidia.com/gpu") - t0));
-      from_queue.push_back(Ms(kubelet.LastUpdateTime("nvidia.com/gpu") - queued));
+      const auto read = kubelet.LastUpdateTime("nvidia.com/gpu");
+      lat.push_back(Ms(read - t0));
+      from_queue.push_back(Ms(read - queued));
     }
     const Stats fq = Summarize(from_queue);
     const Stats s = Summarize(lat);

@@ -67,7 +67,6 @@ void Checker::EventsLoop() {
       }
     }
     auto ev = stream->Wait(std::chrono::milliseconds(200));
-    const auto received = std::chrono::steady_clock::now();
     if (!ev.ok()) {
       spdlog::warn("health: device event stream failed ({}); resubscribing", ev.status().ToString());
       stream.reset();
@@ -85,7 +84,7 @@ void Checker::EventsLoop() {
     std::lock_guard lock(mu_);
     if (monitor_.OnEvent(event, Clock::now())) {
       PublishLocked();
-      if (options_.on_event_published) options_.on_event_published(std::chrono::steady_clock::now() - received);
+      if (options_.on_event_published) options_.on_event_published(std::chrono::steady_clock::now() - event.received);
     }
   }
 }

@@ -1065,7 +1065,14 @@ TEST(FakeNvmlControl, XidAndEccReachEventWait) {
     return std::make_tuple(rc, data, steady_clock::now() - start);
   });
   ControlClient control(socket);
-  control.ok({{"cmd", "xid"}, {"gpu", 1}, {"xid", 79}});
+  const auto sent = steady_clock::now();
+  const json reply = control.ok({{"cmd", "xid"}, {"gpu", 1}, {"xid", 79}});
+  const auto answered = steady_clock::now();
+  // queued_ns: when the event was queued, on the steady clock (benchmarks time from it).
+  ASSERT_TRUE(reply.contains("queued_ns")) << reply.dump();
+  const steady_clock::time_point queued{std::chrono::nanoseconds(reply["queued_ns"].get<int64_t>())};
+  EXPECT_GE(queued, sent);
+  EXPECT_LE(queued, answered);
   const auto [rc, data, elapsed] = waiter.get();
   ASSERT_EQ(rc, NVML_SUCCESS);
   EXPECT_EQ(data.device, device(1));

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 #include <unordered_set>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
@@ -54,8 +55,8 @@ class CallTimer {
 
 }  // namespace
 
-// State shared by the server object and its reactors; outlives both through
-// shared_ptr so a late reactor callback never touches a dead server.
+// State shared by the server object and its calls; outlives both through
+// shared_ptr so a late completion never touches a dead server.
 class PluginServer::Hub {
  public:
   struct Counters {
@@ -103,108 +104,270 @@ class PluginServer::Hub {
   bool closed_ = false;                                       // guarded by watchers_mu_
 };
 
+// The server's completion queue and the one thread that drains it. Every
+// call's new-call, write, finish and done notifications come back here.
+//
+// Why not gRPC's callback API: on distribution builds (the iomgr engine),
+// gRPC runs callback reactions on a process-wide queue polled by two
+// "nexting" threads that, after each idle second, sleep 100 ms before
+// polling again. A write's completion that arrived then waited for them, and
+// a stream with a write still in flight holds the next list back: a health
+// change on an idle node reached the kubelet 100 ms late about once per
+// 100-300 events. This thread blocks in Next() with no deadline, so a
+// completion is handled as soon as it is posted.
+class PluginServer::Engine {
+ public:
+  using Service = v1beta1::DevicePlugin::AsyncService;
+
+  // Registers the service and the queue with `builder` (before BuildAndStart).
+  Engine(std::shared_ptr<Hub> hub, grpc::ServerBuilder& builder) : hub_(std::move(hub)) {
+    builder.RegisterService(&service_);
+    cq_ = builder.AddCompletionQueue();
+  }
+  ~Engine() { Drain(); }
+
+  // Asks for the first call of every method and starts the thread.
+  void Start();
+  // After the server has shut down: no new requests, then every pending
+  // notification is handled (so every call object is freed) and the thread ends.
+  void Drain() {
+    {
+      std::lock_guard<std::mutex> l(issue_mu_);
+      if (drained_) return;
+      drained_ = true;
+      accepting_ = false;
+    }
+    cq_->Shutdown();
+    if (thread_.joinable()) {
+      thread_.join();
+    } else {
+      void* tag = nullptr;
+      bool ok = false;
+      while (cq_->Next(&tag, &ok)) Dispatch(tag, ok);
+    }
+  }
+
+  // Runs `request` (one of the service's Request* calls) unless the queue is
+  // shutting down; false if it did not run. Serialised with Drain, since a
+  // request must never reach a queue that was shut down.
+  template <typename F>
+  bool Issue(F&& request) {
+    std::lock_guard<std::mutex> l(issue_mu_);
+    if (!accepting_) return false;
+    request();
+    return true;
+  }
+
+  Service& service() { return service_; }
+  grpc::ServerCompletionQueue* cq() { return cq_.get(); }
+  const std::shared_ptr<Hub>& hub() const { return hub_; }
+
+ private:
+  static void Dispatch(void* tag, bool ok);
+
+  std::shared_ptr<Hub> hub_;
+  Service service_;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::thread thread_;
+  std::mutex issue_mu_;
+  bool accepting_ = true;  // guarded by issue_mu_
+  bool drained_ = false;   // guarded by issue_mu_
+};
+
 namespace {
 
-// One ListAndWatch stream. Writes the newest list whenever it differs from
-// the last one sent; at most one write in flight, as gRPC requires. Decisions
-// are made under mu_, but StartWrite/Finish are called after releasing it, in
-// case gRPC runs a reaction inline.
-class Watcher final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
+using Engine = PluginServer::Engine;
+
+// A completion-queue tag: one pending notification of a call. Only the
+// engine's thread runs Done.
+class Tag {
  public:
-  explicit Watcher(std::shared_ptr<PluginServer::Hub> hub) : hub_(std::move(hub)) {
-    hub_->counters->streams++;
-    hub_->AddWatcher(this);
-    Notify();
+  virtual void Done(bool ok) = 0;
+
+ protected:
+  ~Tag() = default;
+};
+
+// One unary method: the handler fills the response and returns the status.
+template <typename Req, typename Resp>
+struct Unary {
+  using RequestFn = void (Engine::Service::*)(grpc::ServerContext*, Req*, grpc::ServerAsyncResponseWriter<Resp>*,
+                                              grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*);
+  using Handler = grpc::Status (*)(PluginServer::Hub& hub, const Req& req, Resp* resp);
+  RequestFn request;
+  Handler handler;
+};
+
+// One call of a unary method: asked for, answered, freed. When a call
+// arrives, the next one of the same method is asked for before answering.
+template <typename Req, typename Resp>
+class UnaryCall final : public Tag {
+ public:
+  static void Await(Engine* engine, Unary<Req, Resp> method) {
+    auto* call = new UnaryCall(engine, method);
+    const bool issued = engine->Issue([&] {
+      (engine->service().*method.request)(&call->ctx_, &call->req_, &call->responder_, engine->cq(), engine->cq(),
+                                          call);
+    });
+    if (!issued) delete call;
   }
 
-  // A newer list may exist: send it unless a write is in flight (OnWriteDone will).
-  void Notify() { Act(Decide([this] { return !writing_; })); }
-
-  // Ends the stream (server shutdown).
-  void Close() {
-    Act(Decide([this] {
-      closing_ = true;
-      return !writing_;
-    }));
-  }
-
-  void OnWriteDone(bool ok) override {
-    Act(Decide([this, ok] {
-      writing_ = false;
-      if (!ok) {
-        closing_ = true;
-        // Once finished_ is set, Act() reads finish_status_ without mu_.
-        if (!finished_) {
-          finish_status_ =
-              grpc::Status(grpc::StatusCode::UNAVAILABLE, "ListAndWatch stream broken");
-        }
-      }
-      return true;
-    }));
-  }
-
-  void OnCancel() override {
-    Act(Decide([this] {
-      closing_ = true;
-      // Once finished_ is set (e.g. by Close() on another thread), Act() reads
-      // finish_status_ without mu_: writing it then was a data race (TSan).
-      if (!finished_) finish_status_ = grpc::Status::CANCELLED;
-      return !writing_;
-    }));
-  }
-
-  void OnDone() override {
-    // gRPC calls OnDone on one of its threads; the constructor ran on another
-    // and the hand-off between them happens inside (uninstrumented) libgrpc.
-    // Taking mu_, which the constructor released last, makes that order
-    // explicit to ThreadSanitizer.
-    std::shared_ptr<PluginServer::Hub> hub;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      hub = hub_;
+  void Done(bool ok) override {
+    if (answered_ || !ok) {  // the answer went out, or the server is shutting down
+      delete this;
+      return;
     }
-    hub->RemoveWatcher(this);
-    delete this;
+    Await(engine_, method_);
+    answered_ = true;
+    const grpc::Status status = method_.handler(*engine_->hub(), req_, &resp_);
+    if (status.ok()) {
+      responder_.Finish(resp_, status, this);
+    } else {
+      responder_.FinishWithError(status, this);
+    }
   }
 
  private:
-  enum class Action { kNone, kWrite, kFinish };
+  UnaryCall(Engine* engine, Unary<Req, Resp> method) : engine_(engine), method_(method) {}
+  ~UnaryCall() = default;
 
-  // Under mu_: applies `update` (which returns whether the stream is idle and
-  // may act), then picks the next action and marks it taken.
-  template <typename F>
-  Action Decide(F update) {
+  Engine* engine_;
+  Unary<Req, Resp> method_;
+  grpc::ServerContext ctx_;
+  Req req_;
+  Resp resp_;
+  grpc::ServerAsyncResponseWriter<Resp> responder_{&ctx_};
+  bool answered_ = false;
+};
+
+// One ListAndWatch stream. Writes the newest list whenever it differs from
+// the last one sent; at most one write in flight, as gRPC requires. Notify()
+// and Close() come from any thread (the hub's callers); the stream's own
+// notifications (started, write or finish done, call done) from the engine's
+// thread, which also frees it once no notification is pending.
+class Watcher {
+ public:
+  static void Await(Engine* engine) {
+    auto* w = new Watcher(engine);
+    w->ctx_.AsyncNotifyWhenDone(&w->done_);
+    const bool issued = engine->Issue([&] {
+      engine->service().RequestListAndWatch(&w->ctx_, &w->req_, &w->writer_, engine->cq(), engine->cq(),
+                                            &w->started_);
+    });
+    if (!issued) delete w;
+  }
+
+  // A newer list may exist: send it unless a write is in flight (its
+  // completion will).
+  void Notify() {
     std::lock_guard<std::mutex> l(mu_);
-    if (!update() || finished_) return Action::kNone;
+    Next();
+  }
+
+  // Ends the stream (server shutdown).
+  void Close() {
+    std::lock_guard<std::mutex> l(mu_);
+    closing_ = true;
+    Next();
+  }
+
+ private:
+  // Routes one kind of notification to its member function.
+  class Op final : public Tag {
+   public:
+    Op(Watcher* w, void (Watcher::*fn)(bool)) : w_(w), fn_(fn) {}
+    void Done(bool ok) override { (w_->*fn_)(ok); }
+
+   private:
+    Watcher* w_;
+    void (Watcher::*fn_)(bool);
+  };
+
+  explicit Watcher(Engine* engine) : engine_(engine), hub_(engine->hub()) {}
+  ~Watcher() = default;
+
+  void OnStarted(bool ok) {
+    if (!ok) {  // never matched a call (shutdown): no other notification will come
+      delete this;
+      return;
+    }
+    Await(engine_);  // the kubelet opens a new stream on each registration
+    hub_->counters->streams++;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      started_ok_ = true;
+    }
+    hub_->AddWatcher(this);  // closes it if the hub is closed
+    Notify();
+  }
+
+  void OnIoDone(bool ok) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      io_pending_ = false;
+      if (!ok) {
+        closing_ = true;  // the stream broke; the done notification follows
+        status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "ListAndWatch stream broken");
+      }
+      Next();
+      if (!Finished()) return;
+    }
+    Free();
+  }
+
+  void OnCallDone(bool /*ok*/) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      call_done_ = true;  // cancelled by the kubelet, or our Finish went out
+      if (!Finished()) return;
+    }
+    Free();
+  }
+
+  // Under mu_: starts the next write or the finish, if the stream is idle.
+  void Next() {
+    if (!started_ok_ || io_pending_ || finish_sent_ || call_done_) return;
     if (closing_) {
-      finished_ = true;
-      return Action::kFinish;
+      finish_sent_ = true;
+      io_pending_ = true;
+      writer_.Finish(status_, &io_);
+      return;
     }
     auto [version, list] = hub_->Latest();
-    if (list == nullptr || version == sent_version_) return Action::kNone;
+    if (list == nullptr || version == sent_version_) return;
     sent_version_ = version;
-    inflight_ = std::move(list);
-    writing_ = true;
-    return Action::kWrite;
+    inflight_ = std::move(list);  // kept alive until the write completes
+    io_pending_ = true;
+    hub_->counters->sends++;
+    writer_.Write(*inflight_, &io_);
   }
 
-  void Act(Action a) {
-    if (a == Action::kWrite) {
-      hub_->counters->sends++;
-      StartWrite(inflight_.get());  // inflight_ is only replaced after this write completes
-    } else if (a == Action::kFinish) {
-      Finish(finish_status_);
-    }
+  // Under mu_: nothing pending any more.
+  bool Finished() const { return call_done_ && !io_pending_; }
+
+  void Free() {
+    hub_->RemoveWatcher(this);  // waits out a Notify/Close running on another thread
+    delete this;
   }
 
+  Engine* engine_;
   std::shared_ptr<PluginServer::Hub> hub_;
+  Op started_{this, &Watcher::OnStarted};
+  Op io_{this, &Watcher::OnIoDone};
+  Op done_{this, &Watcher::OnCallDone};
+  grpc::ServerContext ctx_;
+  v1beta1::Empty req_;
+  grpc::ServerAsyncWriter<v1beta1::ListAndWatchResponse> writer_{&ctx_};
+
   std::mutex mu_;
-  bool writing_ = false;   // guarded by mu_
-  bool closing_ = false;   // guarded by mu_
-  bool finished_ = false;  // guarded by mu_
-  grpc::Status finish_status_ = grpc::Status::OK;  // guarded by mu_ until finished_ is set, then read-only
-  uint64_t sent_version_ = 0;                      // guarded by mu_
-  std::shared_ptr<const v1beta1::ListAndWatchResponse> inflight_;  // guarded by mu_ / the write
+  bool started_ok_ = false;   // guarded by mu_
+  bool io_pending_ = false;   // a Write or the Finish is in flight; guarded by mu_
+  bool closing_ = false;      // guarded by mu_
+  bool finish_sent_ = false;  // guarded by mu_
+  bool call_done_ = false;    // guarded by mu_
+  grpc::Status status_ = grpc::Status::OK;  // the Finish status; guarded by mu_
+  uint64_t sent_version_ = 0;                // guarded by mu_
+  std::shared_ptr<const v1beta1::ListAndWatchResponse> inflight_;  // guarded by mu_
 };
 
 grpc::Status ToGrpc(const Status& st) {
@@ -218,105 +381,94 @@ grpc::Status ToGrpc(const Status& st) {
   }
 }
 
-class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
- public:
-  explicit DevicePluginService(std::shared_ptr<PluginServer::Hub> hub) : hub_(std::move(hub)) {}
+grpc::Status GetDevicePluginOptions(PluginServer::Hub& /*hub*/, const v1beta1::Empty& /*req*/,
+                                    v1beta1::DevicePluginOptions* resp) {
+  resp->set_pre_start_required(false);
+  resp->set_get_preferred_allocation_available(true);
+  return grpc::Status::OK;
+}
 
-  grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* ctx,
-                                                   const v1beta1::Empty* /*req*/,
-                                                   v1beta1::DevicePluginOptions* resp) override {
-    resp->set_pre_start_required(false);
-    resp->set_get_preferred_allocation_available(true);
-    auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
+grpc::Status GetPreferredAllocation(PluginServer::Hub& hub, const v1beta1::PreferredAllocationRequest& req,
+                                    v1beta1::PreferredAllocationResponse* resp) {
+  hub.counters->preferred_calls++;
+  CallTimer timer(metrics::AgentMetrics().preferred_seconds.WithLabels({hub.resource()}));
+  auto set = hub.set();
+  const Resource* resource = set ? set->Find(hub.resource()) : nullptr;
+  std::shared_ptr<const PreferredAllocator> alloc;
+  if (set) {
+    if (auto it = set->allocators.find(hub.resource()); it != set->allocators.end()) alloc = it->second;
   }
-
-  grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* ListAndWatch(
-      grpc::CallbackServerContext* /*ctx*/, const v1beta1::Empty* /*req*/) override {
-    return new Watcher(hub_);
-  }
-
-  grpc::ServerUnaryReactor* GetPreferredAllocation(grpc::CallbackServerContext* ctx,
-                                                   const v1beta1::PreferredAllocationRequest* req,
-                                                   v1beta1::PreferredAllocationResponse* resp) override {
-    hub_->counters->preferred_calls++;
-    CallTimer timer(metrics::AgentMetrics().preferred_seconds.WithLabels({hub_->resource()}));
-    auto set = hub_->set();
-    const Resource* resource = set ? set->Find(hub_->resource()) : nullptr;
-    std::shared_ptr<const PreferredAllocator> alloc;
-    if (set) {
-      if (auto it = set->allocators.find(hub_->resource()); it != set->allocators.end()) alloc = it->second;
+  for (const auto& creq : req.container_requests()) {
+    auto* cresp = resp->add_container_responses();
+    if (resource == nullptr || alloc == nullptr) continue;  // never fail: the kubelet fills in
+    // Unhealthy devices are never preferred.
+    std::vector<std::string> available;
+    available.reserve(static_cast<size_t>(creq.available_deviceids_size()));
+    for (const auto& id : creq.available_deviceids()) {
+      const Device* d = resource->Find(id);
+      if (d != nullptr && d->healthy) available.push_back(id);
     }
-    for (const auto& creq : req->container_requests()) {
-      auto* cresp = resp->add_container_responses();
-      if (resource == nullptr || alloc == nullptr) continue;  // never fail: the kubelet fills in
-      // Unhealthy devices are never preferred.
-      std::vector<std::string> available;
-      available.reserve(static_cast<size_t>(creq.available_deviceids_size()));
-      for (const auto& id : creq.available_deviceids()) {
-        const Device* d = resource->Find(id);
-        if (d != nullptr && d->healthy) available.push_back(id);
-      }
-      std::vector<std::string> must(creq.must_include_deviceids().begin(),
-                                    creq.must_include_deviceids().end());
-      for (auto& id : alloc->Choose(available, must, creq.allocation_size())) {
-        cresp->add_deviceids(std::move(id));
-      }
+    std::vector<std::string> must(creq.must_include_deviceids().begin(), creq.must_include_deviceids().end());
+    for (auto& id : alloc->Choose(available, must, creq.allocation_size())) {
+      cresp->add_deviceids(std::move(id));
     }
-    auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
   }
+  return grpc::Status::OK;
+}
 
-  grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* ctx,
-                                     const v1beta1::AllocateRequest* req,
-                                     v1beta1::AllocateResponse* resp) override {
-    hub_->counters->allocate_calls++;
-    auto* r = ctx->DefaultReactor();
-    std::optional<CallTimer> timer;
-    timer.emplace(metrics::AgentMetrics().allocate_seconds.WithLabels({hub_->resource()}));
-    auto set = hub_->set();
-    const Resource* resource = set ? set->Find(hub_->resource()) : nullptr;
-    if (resource == nullptr) {
-      hub_->counters->allocate_errors++;
-      metrics::AgentMetrics().allocate_errors.WithLabels({hub_->resource()}).Inc();
-      timer.reset();
-      r->Finish({grpc::StatusCode::FAILED_PRECONDITION,
-                 "resource " + hub_->resource() + " is no longer advertised by this node"});
-      return r;
+grpc::Status Allocate(PluginServer::Hub& hub, const v1beta1::AllocateRequest& req, v1beta1::AllocateResponse* resp) {
+  hub.counters->allocate_calls++;
+  std::optional<CallTimer> timer;
+  timer.emplace(metrics::AgentMetrics().allocate_seconds.WithLabels({hub.resource()}));
+  auto refuse = [&](grpc::Status status) {
+    hub.counters->allocate_errors++;
+    metrics::AgentMetrics().allocate_errors.WithLabels({hub.resource()}).Inc();
+    return status;
+  };
+  auto set = hub.set();
+  const Resource* resource = set ? set->Find(hub.resource()) : nullptr;
+  if (resource == nullptr) {
+    return refuse({grpc::StatusCode::FAILED_PRECONDITION,
+                   "resource " + hub.resource() + " is no longer advertised by this node"});
+  }
+  for (const auto& creq : req.container_requests()) {
+    std::vector<std::string> ids(creq.devices_ids().begin(), creq.devices_ids().end());
+    auto cresp = BuildContainerResponse(*resource, ids, hub.options());
+    if (!cresp.ok()) {
+      spdlog::warn("allocate: resource={} refused: {}", hub.resource(), cresp.status().message());
+      return refuse(ToGrpc(cresp.status()));
     }
-    for (const auto& creq : req->container_requests()) {
-      std::vector<std::string> ids(creq.devices_ids().begin(), creq.devices_ids().end());
-      auto cresp = BuildContainerResponse(*resource, ids, hub_->options());
-      if (!cresp.ok()) {
-        hub_->counters->allocate_errors++;
-        metrics::AgentMetrics().allocate_errors.WithLabels({hub_->resource()}).Inc();
-        timer.reset();
-        spdlog::warn("allocate: resource={} refused: {}", hub_->resource(), cresp.status().message());
-        r->Finish(ToGrpc(cresp.status()));
-        return r;
-      }
-      *resp->add_container_responses() = std::move(cresp).value();
-    }
-    timer.reset();
-    r->Finish(grpc::Status::OK);
-    return r;
+    *resp->add_container_responses() = std::move(cresp).value();
   }
+  return grpc::Status::OK;
+}
 
-  grpc::ServerUnaryReactor* PreStartContainer(grpc::CallbackServerContext* ctx,
-                                              const v1beta1::PreStartContainerRequest* /*req*/,
-                                              v1beta1::PreStartContainerResponse* /*resp*/) override {
-    auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
-  }
-
- private:
-  std::shared_ptr<PluginServer::Hub> hub_;
-};
+grpc::Status PreStartContainer(PluginServer::Hub& /*hub*/, const v1beta1::PreStartContainerRequest& /*req*/,
+                               v1beta1::PreStartContainerResponse* /*resp*/) {
+  return grpc::Status::OK;
+}
 
 }  // namespace
+
+void PluginServer::Engine::Dispatch(void* tag, bool ok) { static_cast<Tag*>(tag)->Done(ok); }
+
+void PluginServer::Engine::Start() {
+  using v1beta1::DevicePlugin;
+  UnaryCall<v1beta1::Empty, v1beta1::DevicePluginOptions>::Await(
+      this, {&Service::RequestGetDevicePluginOptions, &GetDevicePluginOptions});
+  UnaryCall<v1beta1::PreferredAllocationRequest, v1beta1::PreferredAllocationResponse>::Await(
+      this, {&Service::RequestGetPreferredAllocation, &GetPreferredAllocation});
+  UnaryCall<v1beta1::AllocateRequest, v1beta1::AllocateResponse>::Await(this,
+                                                                         {&Service::RequestAllocate, &Allocate});
+  UnaryCall<v1beta1::PreStartContainerRequest, v1beta1::PreStartContainerResponse>::Await(
+      this, {&Service::RequestPreStartContainer, &PreStartContainer});
+  Watcher::Await(this);
+  thread_ = std::thread([this] {
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_->Next(&tag, &ok)) Dispatch(tag, ok);
+  });
+}
 
 void PluginServer::Hub::Publish(std::shared_ptr<const ResourceSet> set) {
   auto list = std::make_shared<const v1beta1::ListAndWatchResponse>(
@@ -364,18 +516,19 @@ Status PluginServer::Start(std::shared_ptr<const ResourceSet> set) {
     hub = hub_;
   }
   ::unlink(socket_path_.c_str());  // a stale socket from an earlier run
-  service_ = std::make_unique<DevicePluginService>(std::move(hub));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
   // Only the local kubelet talks to this socket: skip the optional filters
   // (census, deadline, message-size) on every call.
   builder.AddChannelArgument(GRPC_ARG_MINIMAL_STACK, 1);
-  builder.RegisterService(service_.get());
+  auto engine = std::make_unique<Engine>(std::move(hub), builder);
   server_ = builder.BuildAndStart();
   if (!server_) {
-    service_.reset();
+    engine.reset();  // drains the unused queue
     return Unavailable("cannot serve " + resource_ + " on " + socket_path_);
   }
+  engine_ = std::move(engine);
+  engine_->Start();
   // Check the socket answers before anyone is told to dial it.
   auto channel = grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials());
   auto stub = v1beta1::DevicePlugin::NewStub(channel);
@@ -395,10 +548,12 @@ Status PluginServer::Start(std::shared_ptr<const ResourceSet> set) {
 void PluginServer::Shutdown() {
   if (!server_) return;
   hub()->CloseAll();
+  // Streams that do not finish by the deadline are cancelled; the engine's
+  // thread keeps handling completions meanwhile.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
+  engine_.reset();  // after the server, as gRPC requires of its queues
   server_.reset();
-  service_.reset();
   ::unlink(socket_path_.c_str());
   // A restarted server gets a fresh hub: watchers of the old one are done.
   std::lock_guard<std::mutex> l(hub_mu_);

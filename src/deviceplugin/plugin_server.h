@@ -1,15 +1,17 @@
 // PluginServer: the kubelet-facing gRPC server of one advertised resource
 // (device plugin API v1beta1) on its own unix socket.
 //
-// Built on gRPC's callback API: unary reactors for GetDevicePluginOptions,
-// GetPreferredAllocation, Allocate and PreStartContainer, and one long-lived
-// write reactor per ListAndWatch stream. Every stream message carries the
+// Built on gRPC's asynchronous API with the server's own completion queue and
+// thread (see Engine in the .cc for why not the callback API): GetDevicePluginOptions,
+// GetPreferredAllocation, Allocate and PreStartContainer are answered on that
+// thread, and each ListAndWatch stream is written from whichever thread
+// publishes a new list, its completions handled there. Every stream message carries the
 // full device list (the kubelet replaces its view with each one); Update()
 // bumps a version and every open stream sends the newest list as soon as its
 // previous write completes, so bursts of changes coalesce.
 //
 // Thread-safety: Start/Shutdown from one thread (the manager's); Update and
-// the accessors from any thread. RPC handlers run on gRPC's threads and read
+// the accessors from any thread. RPC handlers run on the server's thread and read
 // the current ResourceSet snapshot (shared_ptr<const>, swapped under a mutex).
 #pragma once
 
@@ -24,7 +26,6 @@
 
 namespace grpc {
 class Server;
-class Service;
 }  // namespace grpc
 
 namespace danqing::deviceplugin {
@@ -62,7 +63,8 @@ class PluginServer {
   bool serving() const;
   ServerStats stats() const;
 
-  class Hub;  // shared state between the server and its RPC reactors
+  class Hub;     // shared state between the server and its calls
+  class Engine;  // the completion queue and its thread
 
  private:
   std::shared_ptr<Hub> hub() const;
@@ -71,8 +73,8 @@ class PluginServer {
   std::string socket_path_;
   mutable std::mutex hub_mu_;
   std::shared_ptr<Hub> hub_;  // guarded by hub_mu_; replaced on each Shutdown
-  std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Engine> engine_;  // the service and queue of server_
 };
 
 // The socket file name for a resource: "danqing-nvidia.com-gpu.sock".

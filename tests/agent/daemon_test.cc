@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -147,6 +148,48 @@ TEST_F(DaemonTest, MigRepartitionIsPickedUpWithoutRestart) {
       {"profile":"7g.80gb","gpu_instance_id":0,"uuid":"MIG-5d2b8f6e-0a7c-5e11-9d3f-7b1c2a9e4f01"}]}})");
   ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/mig-7g.80gb", 10s)) << daemon.Output();
   EXPECT_TRUE(kubelet.WaitForDevices("nvidia.com/mig-3g.40gb", [](const auto& d) { return d.size() == 1; }, 5s));
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
+}
+
+TEST_F(DaemonTest, KubeletCallsAreServedWithoutGrpcCallbackThreads) {
+  // gRPC's callback API runs reactions on process-wide "nexting" threads that
+  // nap 100 ms after each idle second; a health change on a quiet node could
+  // wait for them. The agent serves the kubelet from its own completion
+  // queues, so after every kind of call none of those threads exists.
+  FakeNode node("a100-8x-nvswitch");
+  std::ofstream(config_) << "version: v1\n";
+  KubeletEmulator kubelet(dir_);
+  ASSERT_TRUE(kubelet.Start().ok());
+  ChildProcess daemon(Args());
+  ASSERT_TRUE(kubelet.WaitForDevices("nvidia.com/gpu", [](const auto& d) { return d.size() == 8; }, 10s))
+      << daemon.Output();
+  const auto devices = kubelet.Devices("nvidia.com/gpu");
+  std::vector<std::string> ids;
+  for (const auto& d : devices) ids.push_back(d.id());
+  const auto preferred = kubelet.GetPreferredAllocation("nvidia.com/gpu", ids, {}, 2);
+  ASSERT_TRUE(preferred.status.ok()) << preferred.status.error_message();
+  EXPECT_EQ(preferred.device_ids.size(), 2u);
+  const auto allocated = kubelet.Allocate("nvidia.com/gpu", {ids[0]});
+  ASSERT_TRUE(allocated.status.ok()) << allocated.status.error_message();
+  node.Control(R"({"cmd":"xid","gpu":1,"xid":79})");
+  ASSERT_TRUE(kubelet.WaitForDevices(
+      "nvidia.com/gpu",
+      [&](const auto& d) {
+        return std::any_of(d.begin(), d.end(), [&](const auto& x) { return x.id() == ids[1] && x.health() == "Unhealthy"; });
+      },
+      5s))
+      << daemon.Output();
+
+  std::vector<std::string> threads;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(daemon.pid()) + "/task")) {
+    std::ifstream in(task.path() / "comm");
+    std::string name;
+    std::getline(in, name);
+    threads.push_back(name);
+  }
+  EXPECT_THAT(threads, ::testing::Not(::testing::Contains(HasSubstr("nexting"))));
+  EXPECT_FALSE(threads.empty());
   daemon.Signal(SIGTERM);
   EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
 }

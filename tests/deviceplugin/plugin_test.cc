@@ -15,6 +15,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
+#include <mutex>
+#include <algorithm>
 
 #include <grpcpp/grpcpp.h>
 
@@ -435,6 +438,78 @@ TEST_F(PluginTest, HealthChangeIsAppliedWhileTheManagerThreadIsBusy) {
   manager_.reset();  // waits out the stuck Register
   ::close(stuck);
   ::close(listener);
+}
+
+TEST_F(PluginTest, EveryOpenStreamEndsOnTheNewestListAndShutdownEndsThemAll) {
+  // Several ListAndWatch streams besides the kubelet's, some cancelled by
+  // their client while updates keep coming: each open one ends up with the
+  // newest list, and stopping the plugin ends every stream.
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 8));
+  const auto statuses = manager_->Statuses();
+  ASSERT_EQ(statuses.size(), 1u);
+  auto channel = grpc::CreateChannel("unix://" + statuses[0].socket_path, grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::DevicePlugin::NewStub(channel);
+
+  struct Client {
+    grpc::ClientContext ctx;
+    std::mutex mu;
+    std::vector<v1beta1::Device> last;  // guarded by mu
+    grpc::Status status;
+    std::thread reader;
+  };
+  constexpr int kClients = 6;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    auto c = std::make_unique<Client>();
+    Client* raw = c.get();
+    raw->reader = std::thread([raw, &stub] {
+      auto reader = stub->ListAndWatch(&raw->ctx, v1beta1::Empty());
+      v1beta1::ListAndWatchResponse msg;
+      while (reader->Read(&msg)) {
+        std::lock_guard l(raw->mu);
+        raw->last.assign(msg.devices().begin(), msg.devices().end());
+      }
+      raw->status = reader->Finish();
+    });
+    clients.push_back(std::move(c));
+  }
+  const std::string sick = inventory_.gpus[3].uuid;
+  for (int round = 0; round < 60; ++round) {
+    const std::string& gpu = inventory_.gpus[static_cast<size_t>(round) % 8].uuid;
+    manager_->Update(WithHealth(*set_, {{gpu, "XID 48"}}));
+    if (round == 20) clients[0]->ctx.TryCancel();
+    if (round == 40) clients[1]->ctx.TryCancel();
+  }
+  manager_->Update(WithHealth(*set_, {{sick, "XID 79"}}));
+  auto newest = [&](const std::vector<v1beta1::Device>& devs) {
+    if (devs.size() != 8) return false;
+    return std::all_of(devs.begin(), devs.end(), [&](const v1beta1::Device& d) {
+      return d.health() == (d.id() == sick ? "Unhealthy" : "Healthy");
+    });
+  };
+  EXPECT_TRUE(kubelet_->WaitForDevices(kGpu, newest, 5s));
+  for (int i = 2; i < kClients; ++i) {
+    bool seen = false;
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; !seen && std::chrono::steady_clock::now() < deadline;) {
+      {
+        std::lock_guard l(clients[static_cast<size_t>(i)]->mu);
+        seen = newest(clients[static_cast<size_t>(i)]->last);
+      }
+      if (!seen) std::this_thread::sleep_for(2ms);
+    }
+    EXPECT_TRUE(seen) << "stream " << i << " never saw the newest list";
+  }
+  manager_.reset();  // ends the streams that are still open
+  for (auto& c : clients) c->reader.join();
+  EXPECT_EQ(clients[0]->status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(clients[1]->status.error_code(), grpc::StatusCode::CANCELLED);
+  for (int i = 2; i < kClients; ++i) {
+    EXPECT_TRUE(clients[static_cast<size_t>(i)]->status.ok())
+        << "stream " << i << ": " << clients[static_cast<size_t>(i)]->status.error_message();
+  }
 }
 
 TEST_F(PluginTest, CdiSpecIsRewrittenForNewDevicesNotForHealth) {

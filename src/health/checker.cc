@@ -10,7 +10,9 @@ Checker::Checker(gpu::GpuBackend& backend, CheckerOptions options, Publish publi
       options_(std::move(options)),
       publish_(std::move(publish)),
       on_mig_change_(std::move(on_mig_change)),
-      monitor_(options_.monitor) {}
+      monitor_(options_.monitor) {
+  monitor_.DeferLog(true);  // published first, logged after (see Monitor::DeferLog)
+}
 
 Checker::~Checker() { Stop(); }
 
@@ -29,9 +31,21 @@ void Checker::Start(const gpu::NodeInventory& inventory) {
 }
 
 void Checker::SetInventory(const gpu::NodeInventory& inventory) {
-  std::lock_guard lock(mu_);
-  monitor_.SetInventory(inventory);
-  PublishLocked();
+  {
+    std::lock_guard lock(mu_);
+    monitor_.SetInventory(inventory);
+    PublishLocked();
+  }
+  FlushLog();
+}
+
+void Checker::FlushLog() {
+  std::vector<Monitor::LogLine> lines;
+  {
+    std::lock_guard lock(mu_);
+    lines = monitor_.TakeLog();
+  }
+  Monitor::WriteLog(lines);
 }
 
 void Checker::Stop() {
@@ -42,6 +56,7 @@ void Checker::Stop() {
   stop_cv_.notify_all();
   if (events_.joinable()) events_.join();
   if (poll_.joinable()) poll_.join();
+  FlushLog();
 }
 
 void Checker::PublishLocked() {
@@ -81,11 +96,16 @@ void Checker::EventsLoop() {
       if (on_mig_change_) on_mig_change_();
       continue;
     }
-    std::lock_guard lock(mu_);
-    if (monitor_.OnEvent(event, Clock::now())) {
-      PublishLocked();
-      if (options_.on_event_published) options_.on_event_published(std::chrono::steady_clock::now() - event.received);
+    {
+      std::lock_guard lock(mu_);
+      if (monitor_.OnEvent(event, Clock::now())) {
+        PublishLocked();
+        if (options_.on_event_published) {
+          options_.on_event_published(std::chrono::steady_clock::now() - event.received);
+        }
+      }
     }
+    FlushLog();
   }
 }
 
@@ -108,6 +128,7 @@ void Checker::PollLoop() {
       changed |= monitor_.Tick(Clock::now());
       if (changed) PublishLocked();
     }
+    FlushLog();
     std::unique_lock lock(stop_mu_);
     stop_cv_.wait_for(lock, options_.poll_interval, [this] { return stop_.load(); });
   }

@@ -71,6 +71,7 @@ class Checker {
   void EventsLoop();
   void PollLoop();
   void PublishLocked();  // mu_ held
+  void FlushLog();       // writes the monitor's deferred log lines; mu_ not held
 
   gpu::GpuBackend& backend_;
   CheckerOptions options_;

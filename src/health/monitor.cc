@@ -65,14 +65,32 @@ void Monitor::SetInventory(const gpu::NodeInventory& inventory) {
 
 std::vector<std::string> Monitor::GpuUuids() const { return gpus_; }
 
+void Monitor::Log(bool warning, std::string text) {
+  if (defer_log_) {
+    pending_log_.push_back({warning, std::move(text)});
+  } else {
+    WriteLog({{warning, std::move(text)}});
+  }
+}
+
+void Monitor::WriteLog(const std::vector<LogLine>& lines) {
+  for (const auto& line : lines) {
+    if (line.warning) {
+      spdlog::warn("{}", line.text);
+    } else {
+      spdlog::info("{}", line.text);
+    }
+  }
+}
+
 void Monitor::LogTransition(const std::string& uuid, const DeviceState& d, bool now_healthy,
                             const std::string& condition, std::string_view detail) {
   transitions_[(now_healthy ? "healthy:" : "unhealthy:") + CounterName(condition)]++;
   if (now_healthy) {
-    spdlog::info("health: {} is healthy again ({} cleared: {})", uuid, condition, detail);
+    Log(false, fmt::format("health: {} is healthy again ({} cleared: {})", uuid, condition, detail));
   } else {
-    spdlog::warn("health: {} marked unhealthy: {} ({}){}", uuid, condition, detail,
-                 d.conditions.size() > 1 ? "; conditions " + JoinConditions(d.conditions) : "");
+    Log(true, fmt::format("health: {} marked unhealthy: {} ({}){}", uuid, condition, detail,
+                          d.conditions.size() > 1 ? "; conditions " + JoinConditions(d.conditions) : ""));
   }
 }
 
@@ -88,7 +106,7 @@ bool Monitor::Raise(const std::string& uuid, DeviceState& d, const std::string& 
     LogTransition(uuid, d, false, name, c.detail);
   } else {
     transitions_["unhealthy:" + CounterName(name)]++;
-    spdlog::warn("health: {} still unhealthy; new condition {} ({})", uuid, name, c.detail);
+    Log(true, fmt::format("health: {} still unhealthy; new condition {} ({})", uuid, name, c.detail));
   }
   return true;
 }
@@ -100,8 +118,8 @@ bool Monitor::Clear(const std::string& uuid, DeviceState& d, const std::string& 
     return true;
   }
   transitions_["healthy:" + CounterName(name)]++;
-  spdlog::info("health: {} condition {} cleared ({}); still unhealthy: {}", uuid, name, why,
-               JoinConditions(d.conditions));
+  Log(false, fmt::format("health: {} condition {} cleared ({}); still unhealthy: {}", uuid, name, why,
+                         JoinConditions(d.conditions)));
   return true;
 }
 
@@ -129,15 +147,16 @@ bool Monitor::OnXid(const gpu::GpuEvent& event, Clock::time_point now) {
   bool changed = false;
   const auto targets = Targets(event);
   if (targets.empty()) {
-    spdlog::info("health: XID {} for unknown device {} ignored", event.xid, event.uuid);
+    Log(false, fmt::format("health: XID {} for unknown device {} ignored", event.xid, event.uuid));
   }
   for (const auto& uuid : targets) {
     DeviceState& d = devices_.at(uuid);
     d.xid_counts[event.xid]++;
     d.last_xid = event.xid;
     if (action == XidAction::kIgnore) {
-      spdlog::info("health: {} reported {}; ignored (application error or disabled by "
-                   "DP_DISABLE_HEALTHCHECKS)", uuid, XidDetail(event.xid));
+      Log(false, fmt::format("health: {} reported {}; ignored (application error or disabled by "
+                             "DP_DISABLE_HEALTHCHECKS)",
+                             uuid, XidDetail(event.xid)));
       continue;
     }
     Condition c;

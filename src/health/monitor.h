@@ -2,7 +2,8 @@
 //
 // It is fed NVML events (OnEvent) and sensor polls (OnPoll), and asked to
 // expire conditions (Tick). Time is passed in, so tests drive it with their
-// own clock. It owns no threads and does no I/O except logging transitions;
+// own clock. It owns no threads and does no I/O except logging transitions
+// (which a caller may defer, see DeferLog);
 // Checker (checker.h) runs it against a GpuBackend.
 //
 // A device is unhealthy while it has at least one condition. Conditions:
@@ -38,6 +39,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -97,6 +99,19 @@ class Monitor {
   // The GPUs to poll (UUIDs, in inventory order).
   std::vector<std::string> GpuUuids() const;
 
+  // Log lines (transitions, ignored XIDs) are written as they happen, or,
+  // after DeferLog(true), kept until FlushLog(). Checker defers them so that a
+  // change is published before it is logged: writing to the log pipe wakes its
+  // reader (the container runtime), which can take this CPU for a scheduler
+  // tick while the kubelet still waits for the list.
+  struct LogLine {
+    bool warning = false;  // else info
+    std::string text;
+  };
+  void DeferLog(bool defer) { defer_log_ = defer; }
+  std::vector<LogLine> TakeLog() { return std::exchange(pending_log_, {}); }
+  static void WriteLog(const std::vector<LogLine>& lines);
+
  private:
   struct Condition {
     bool latched = false;       // from an event: clears by quiet period (or never)
@@ -124,12 +139,15 @@ class Monitor {
   void LogTransition(const std::string& uuid, const DeviceState& d, bool now_healthy,
                      const std::string& condition, std::string_view detail);
   bool OnXid(const gpu::GpuEvent& event, Clock::time_point now);
+  void Log(bool warning, std::string text);
   std::vector<std::string> Targets(const gpu::GpuEvent& event) const;
 
   MonitorOptions options_;
   std::map<std::string, DeviceState> devices_;  // by UUID
   std::vector<std::string> gpus_;               // GPU UUIDs in inventory order
   std::map<std::string, uint64_t> transitions_;
+  bool defer_log_ = false;
+  std::vector<LogLine> pending_log_;
 };
 
 }  // namespace danqing::health

@@ -13,9 +13,12 @@
 #include <thread>
 
 #include <httplib.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
 #include "config/config.h"
+#include "metrics/agent_metrics.h"
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
 
@@ -137,6 +140,59 @@ sharing:
   auto t = agent_->HealthTransitions();
   EXPECT_EQ(t["unhealthy:xid"], 1u);
   EXPECT_EQ(t["healthy:xid"], 1u);
+}
+
+uint64_t PublishedEvents() {
+  std::vector<uint64_t> counts;
+  double sum = 0;
+  metrics::AgentMetrics().health_event_publish_seconds.WithLabels({}).Read(counts, sum);
+  return counts.empty() ? 0 : counts.back();
+}
+
+// Records, for each log line containing `needle`, how many health events
+// the agent had published (danqing_health_event_publish_duration_seconds's
+// count) when the line was written.
+class PublishedWhenLoggedSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit PublishedWhenLoggedSink(std::string needle) : needle_(std::move(needle)) {}
+  std::vector<uint64_t> seen() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return seen_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    const std::string_view text(msg.payload.data(), msg.payload.size());
+    if (text.find(needle_) == std::string_view::npos) return;
+    seen_.push_back(PublishedEvents());
+  }
+  void flush_() override {}
+
+ private:
+  std::string needle_;
+  std::vector<uint64_t> seen_;
+};
+
+TEST_F(HealthAgentTest, AnEventIsPublishedBeforeItIsLogged) {
+  // The log line goes to a pipe whose reader the write wakes; that must not
+  // stand between the event and the kubelet.
+  FakeNode node("a100-8x-nvswitch");
+  auto sink = std::make_shared<PublishedWhenLoggedSink>(" marked unhealthy");
+  auto logger = spdlog::default_logger();
+  logger->sinks().push_back(sink);  // no other thread logs yet
+  StartAgent(Config());
+  const std::string gpu2 = GpuUuid(node, 2);
+  const uint64_t before = PublishedEvents();
+  node.Control(R"({"cmd":"xid","gpu":2,"xid":48})");
+  const bool sick = WaitSick(kGpu, {gpu2});
+  agent_->Stop();
+  agent_.reset();
+  kubelet_.reset();  // no thread logs any more
+  logger->sinks().pop_back();
+  ASSERT_TRUE(sick);
+  const auto seen = sink->seen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], before + 1) << "logged before the list was handed to gRPC";
 }
 
 TEST_F(HealthAgentTest, ResetClassXidNeverRecovers) {

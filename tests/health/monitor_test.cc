@@ -8,6 +8,7 @@ namespace danqing::health {
 namespace {
 
 using namespace std::chrono_literals;
+using ::testing::HasSubstr;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::Pair;
@@ -87,6 +88,27 @@ TEST_F(MonitorTest, RecoverableXidClearsAfterTheQuietPeriod) {
       EXPECT_THAT(d.xid_counts, ElementsAre(Pair(62u, 2u)));
     }
   }
+}
+
+TEST_F(MonitorTest, DeferredLogLinesWaitForTheCaller) {
+  // Written at once by default: nothing is kept.
+  EXPECT_TRUE(monitor_.OnEvent(Xid(kGpu0, 62), t0_));
+  EXPECT_THAT(monitor_.TakeLog(), IsEmpty());
+  // Deferred: each transition and ignored XID is kept, in order, until taken.
+  monitor_.DeferLog(true);
+  EXPECT_TRUE(monitor_.Tick(t0_ + 6min));
+  EXPECT_FALSE(monitor_.OnEvent(Xid(kGpu0, 13), t0_ + 6min));
+  EXPECT_TRUE(monitor_.OnEvent(Xid(kGpu0, 79), t0_ + 7min));
+  const auto lines = monitor_.TakeLog();
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_FALSE(lines[0].warning);
+  EXPECT_THAT(lines[0].text, HasSubstr(std::string(kGpu0) + " is healthy again (xid-62 cleared"));
+  EXPECT_FALSE(lines[1].warning);
+  EXPECT_THAT(lines[1].text, HasSubstr("XID 13"));
+  EXPECT_THAT(lines[1].text, HasSubstr("ignored"));
+  EXPECT_TRUE(lines[2].warning);
+  EXPECT_THAT(lines[2].text, HasSubstr(std::string(kGpu0) + " marked unhealthy: xid-79"));
+  EXPECT_THAT(monitor_.TakeLog(), IsEmpty());
 }
 
 TEST_F(MonitorTest, ResetClassXidNeverClears) {

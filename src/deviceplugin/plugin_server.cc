@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -464,6 +465,7 @@ void PluginServer::Engine::Start() {
       this, {&Service::RequestPreStartContainer, &PreStartContainer});
   Watcher::Await(this);
   thread_ = std::thread([this] {
+    ::pthread_setname_np(::pthread_self(), "dq-plugin-cq");  // for operators' thread lists and profiles
     void* tag = nullptr;
     bool ok = false;
     while (cq_->Next(&tag, &ok)) Dispatch(tag, ok);
@@ -552,8 +554,9 @@ void PluginServer::Shutdown() {
   // thread keeps handling completions meanwhile.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
-  engine_.reset();  // after the server, as gRPC requires of its queues
-  server_.reset();
+  engine_->Drain();  // the queue is shut down after the server, as gRPC requires
+  server_.reset();   // then the server, before the service it was given
+  engine_.reset();
   ::unlink(socket_path_.c_str());
   // A restarted server gets a fresh hub: watchers of the old one are done.
   std::lock_guard<std::mutex> l(hub_mu_);

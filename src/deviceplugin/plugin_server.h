@@ -4,8 +4,9 @@
 // Built on gRPC's asynchronous API with the server's own completion queue and
 // thread (see Engine in the .cc for why not the callback API): GetDevicePluginOptions,
 // GetPreferredAllocation, Allocate and PreStartContainer are answered on that
-// thread, and each ListAndWatch stream is written from whichever thread
-// publishes a new list, its completions handled there. Every stream message carries the
+// thread. Each ListAndWatch write starts on whichever thread publishes a new
+// list (no hand-off); its completion comes back on the server's thread, which
+// starts the next write if a newer list is waiting. Every stream message carries the
 // full device list (the kubelet replaces its view with each one); Update()
 // bumps a version and every open stream sends the newest list as soon as its
 // previous write completes, so bursts of changes coalesce.

@@ -142,9 +142,7 @@ class PluginServer::Engine {
     if (thread_.joinable()) {
       thread_.join();
     } else {
-      void* tag = nullptr;
-      bool ok = false;
-      while (cq_->Next(&tag, &ok)) Dispatch(tag, ok);
+      Run();  // never started: drain here
     }
   }
 
@@ -164,7 +162,8 @@ class PluginServer::Engine {
   const std::shared_ptr<Hub>& hub() const { return hub_; }
 
  private:
-  static void Dispatch(void* tag, bool ok);
+  // Handles notifications until the queue is shut down and empty.
+  void Run();
 
   std::shared_ptr<Hub> hub_;
   Service service_;
@@ -337,10 +336,9 @@ class Watcher {
     auto [version, list] = hub_->Latest();
     if (list == nullptr || version == sent_version_) return;
     sent_version_ = version;
-    inflight_ = std::move(list);  // kept alive until the write completes
     io_pending_ = true;
     hub_->counters->sends++;
-    writer_.Write(*inflight_, &io_);
+    writer_.Write(*list, &io_);  // serialised here: the list need not outlive the call
   }
 
   // Under mu_: nothing pending any more.
@@ -368,7 +366,6 @@ class Watcher {
   bool call_done_ = false;    // guarded by mu_
   grpc::Status status_ = grpc::Status::OK;  // the Finish status; guarded by mu_
   uint64_t sent_version_ = 0;                // guarded by mu_
-  std::shared_ptr<const v1beta1::ListAndWatchResponse> inflight_;  // guarded by mu_
 };
 
 grpc::Status ToGrpc(const Status& st) {
@@ -451,7 +448,11 @@ grpc::Status PreStartContainer(PluginServer::Hub& /*hub*/, const v1beta1::PreSta
 
 }  // namespace
 
-void PluginServer::Engine::Dispatch(void* tag, bool ok) { static_cast<Tag*>(tag)->Done(ok); }
+void PluginServer::Engine::Run() {
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq_->Next(&tag, &ok)) static_cast<Tag*>(tag)->Done(ok);
+}
 
 void PluginServer::Engine::Start() {
   using v1beta1::DevicePlugin;
@@ -466,9 +467,7 @@ void PluginServer::Engine::Start() {
   Watcher::Await(this);
   thread_ = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "dq-plugin-cq");  // for operators' thread lists and profiles
-    void* tag = nullptr;
-    bool ok = false;
-    while (cq_->Next(&tag, &ok)) Dispatch(tag, ok);
+    Run();
   });
 }
 

@@ -52,11 +52,15 @@ void Run(benchmark::State& state, int w, int h, Style style, Background bg) {
     sum.background_ms += stats.background_ms;
     sum.strokes_ms += stats.strokes_ms;
     sum.diffusion_ms += stats.diffusion_ms;
+    sum.compose_ms += stats.compose_ms;
+    sum.passes_ms += stats.passes_ms;
   }
   double n = static_cast<double>(state.iterations());
   state.counters["background_ms"] = sum.background_ms / n;
   state.counters["strokes_ms"] = sum.strokes_ms / n;
   state.counters["diffusion_ms"] = sum.diffusion_ms / n;
+  state.counters["compose_ms"] = sum.compose_ms / n;
+  state.counters["passes_ms"] = sum.passes_ms / n;
   state.counters["dabs"] = static_cast<double>(stats.dabs);
 }
 

@@ -63,12 +63,12 @@ void Run(const RenderArgs& a) {
   std::printf(
       "%s: %dx%d %s on %s, seed %llu\n"
       "characters %d (font fallback %d, dropped %d), dabs %zu\n"
-      "total %.1f ms: background %.1f, strokes %.1f, diffusion %.1f\n",
+      "total %.1f ms: background %.1f, strokes %.1f, diffusion %.1f, compose %.1f (heavy passes %.1f on %s)\n",
       a.out.c_str(), opts.width, opts.height, std::string(render::StyleName(opts.style)).c_str(),
       std::string(render::BackgroundName(opts.background)).c_str(),
       static_cast<unsigned long long>(opts.seed), stats.characters, stats.fallback_characters,
       stats.dropped_characters, stats.dabs, stats.total_ms, stats.background_ms, stats.strokes_ms,
-      stats.diffusion_ms);
+      stats.diffusion_ms, stats.compose_ms, stats.passes_ms, stats.backend.c_str());
 }
 
 }  // namespace

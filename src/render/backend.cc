@@ -44,16 +44,14 @@ BackendDecision DecideBackend(BackendChoice choice, const char* visible, const C
 }
 
 size_t DeviceBytesPerRender(int w, int h, size_t dabs) {
-  const size_t W = static_cast<size_t>(std::max(1, w)), H = static_cast<size_t>(std::max(1, h));
-  const size_t ww = static_cast<size_t>(std::max(1, w / 2)), wh = static_cast<size_t>(std::max(1, h / 2));
-  const size_t lw = static_cast<size_t>(std::max(8, w / 3)), lh = static_cast<size_t>(std::max(8, h / 3));
-  constexpr size_t kMaxRidges = 16;
-  return W * H * 4 +                // ink
-         2 * ww * wh * 4 +          // wet, ping-pong for the diffusion
-         2 * lw * lh * 4 +          // wash and paper blotches
-         W * H * 3 +                // RGB out
-         dabs * sizeof(Dab) +       // dab list
-         kMaxRidges * (lw * 4 + sizeof(Ridge));  // ridge heights per column
+  const CanvasPlanes p = PlanesFor(w, h);
+  auto px = [](int a, int b) { return static_cast<size_t>(a) * static_cast<size_t>(b); };
+  return px(p.w, p.h) * 4 +                 // ink
+         2 * px(p.ww, p.wh) * 4 +           // wet, ping-pong for the diffusion
+         2 * px(p.lw, p.lh) * 4 +           // wash and paper blotches
+         px(p.w, p.h) * 3 +                 // RGB out
+         dabs * sizeof(Dab) +               // dab list
+         static_cast<size_t>(kMaxRidges) * (static_cast<size_t>(p.lw) * 4 + sizeof(Ridge));  // ridge heights per column
 }
 
 size_t DeviceTextureBytes() {

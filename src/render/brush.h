@@ -1,6 +1,6 @@
 // Brush planning: turns a character's stroke medians (or a font raster) into
 // the dab list the passes stamp. Cheap and sequential (per character); the
-// pixel work is in Passes::StampDabs.
+// pixel work is in the passes (passes.h).
 //
 // Thread-safety: pure functions over their arguments.
 #pragma once

@@ -1,6 +1,8 @@
 // The renderer's heavy passes, as data-parallel loops over pixel rows and dab
-// lists behind one small interface. The CPU implementation here is the
-// reference; a CUDA backend (issue 11) implements the same interface.
+// lists behind one small interface: one call runs them all, so a backend can
+// keep the planes between passes in its own memory. The CPU implementation is
+// the reference; the CUDA backend (issue 11, passes_cuda.h) implements the
+// same interface.
 //
 // Every pass is deterministic: each output pixel is written by one worker,
 // which visits the dabs in list order, so the image does not depend on the
@@ -71,12 +73,36 @@ struct Ridge {
 // Ridge height (fraction of the canvas height, 0 top) at fx (fraction of the width).
 float RidgeY(const Ridge& ridge, const Textures& tex, float fx);
 
+// The most ridges a landscape may have (the CUDA backend's table size).
+inline constexpr int kMaxRidges = 16;
+
 struct LandscapeParams {
-  std::vector<Ridge> ridges;  // far to near
+  std::vector<Ridge> ridges;  // far to near, at most kMaxRidges
   float water_top = 2.0f;     // fraction of height where water lines start (>1: none)
   float water_phase = 0;
   float sky = 0.0f;           // faint wash at the top
 };
+
+// The planes one w x h render uses: full-resolution ink, wet ink at half
+// resolution, the background wash (landscape or photo) and paper blotches at a
+// third. One definition for the renderer, the backends and the device budget.
+struct CanvasPlanes {
+  int w = 0, h = 0;    // canvas, full resolution
+  int ww = 0, wh = 0;  // wet ink
+  int lw = 0, lh = 0;  // wash and blotches
+  float wet_scale() const { return static_cast<float>(ww) / static_cast<float>(w); }
+};
+CanvasPlanes PlanesFor(int w, int h);
+
+// The rectangle of the wet plane (ww x wh at `scale`) that StampWet may write
+// for these dabs: every pixel it can make non-zero is inside. Empty (x1 < 0)
+// when no dab carries water. Lets a backend that keeps the plane on the device
+// bound the diffusion without reading the plane back.
+struct PixelBox {
+  int x0 = 0, y0 = 0, x1 = -1, y1 = -1;  // inclusive
+  bool empty() const { return x1 < x0 || y1 < y0; }
+};
+PixelBox WetBounds(const std::vector<Dab>& dabs, float scale, int ww, int wh);
 
 struct ComposeInputs {
   const Plane* wash_low = nullptr;  // background wash density (downsampled)
@@ -88,30 +114,67 @@ struct ComposeInputs {
   int fibre_dx = 0, fibre_dy = 0;   // seed offset into the fibre tile
 };
 
+// Everything the heavy passes of one render need. They run in this order:
+// the background wash (the landscape, unless the caller gives a wash), the
+// ink of every dab, the wet ink and its diffusion, the composition to RGB.
+struct PassPlan {
+  CanvasPlanes planes;
+  const std::vector<Dab>* dabs = nullptr;
+  // Exactly one of: a landscape to draw into the wash, or the caller's own
+  // wash (lw x lh; the photo background), which the passes only read.
+  const LandscapeParams* landscape = nullptr;
+  const Plane* background = nullptr;
+  int diffuse_iterations = 1;
+  // The colours and the fibre offset; its plane pointers are ignored.
+  ComposeInputs look;
+};
+
+// Wall time of each stage of Run, in milliseconds (on a device: between
+// events on its stream).
+struct PassTimes {
+  double background_ms = 0, ink_ms = 0, wet_ms = 0, compose_ms = 0;
+};
+
 class Passes {
  public:
   virtual ~Passes() = default;
-  // Ink: max-composites every dab's bristle imprint into `ink` (full res).
-  // Wet: max-composites each dab's water (a plain disk) into `wet` at
-  // `wet_scale` (0.5 for the half-resolution plane).
-  virtual void StampDabs(const std::vector<Dab>& dabs, const Textures& tex, Plane* ink) = 0;
-  virtual void StampWet(const std::vector<Dab>& dabs, float wet_scale, Plane* wet) = 0;
-  // Wet ink creeping into paper fibres: `iterations` steps of fibre-weighted
-  // spreading (a cheap MoXi-style step).
-  virtual void Diffuse(const Textures& tex, int iterations, Plane* wet) = 0;
-  // The landscape wash density at the plane's (low) resolution.
-  virtual void Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) = 0;
-  // Paper, wash and ink to RGB8 (w*h*3 bytes).
-  virtual void Compose(const ComposeInputs& in, const Textures& tex, int w, int h,
-                       uint8_t* rgb) = 0;
+  // Runs every pass of `plan` and writes w*h*3 bytes of RGB to `rgb`. With
+  // `ink_out`, also hands back the full-resolution ink plane (tools, tests).
+  // Planes between the passes stay where the backend keeps them (host memory
+  // for the CPU, device memory for CUDA).
+  virtual void Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Plane* ink_out,
+                   PassTimes* times) = 0;
   // The backend's name ("cpu", "cuda") and the first error a pass hit (an
-  // accelerator's passes stop at an error; the Renderer then redoes the render
-  // on the CPU). The CPU passes never fail.
+  // accelerator stops at an error; the Renderer then redoes the render on the
+  // CPU). The CPU passes never fail.
   virtual const char* name() const { return "cpu"; }
   virtual Status status() const { return Status::Ok(); }
 };
 
-std::unique_ptr<Passes> MakeCpuPasses(int threads);
+// The CPU reference. Its single passes are public for the seal (which stamps
+// a small mask) and for tests.
+class CpuPasses final : public Passes {
+ public:
+  explicit CpuPasses(int threads) : threads_(threads < 1 ? 1 : threads) {}
+  void Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Plane* ink_out,
+           PassTimes* times) override;
+
+  // Ink: max-composites every dab's bristle imprint into `ink` (full res).
+  // Wet: max-composites each dab's water (a plain disk) into `wet` at
+  // `wet_scale` (0.5 for the half-resolution plane).
+  void StampDabs(const std::vector<Dab>& dabs, const Textures& tex, Plane* ink) const;
+  void StampWet(const std::vector<Dab>& dabs, float wet_scale, Plane* wet) const;
+  // Wet ink creeping into paper fibres: `iterations` steps of fibre-weighted
+  // spreading (a cheap MoXi-style step).
+  void Diffuse(const Textures& tex, int iterations, Plane* wet) const;
+  // The landscape wash density at the plane's (low) resolution.
+  void Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) const;
+  // Paper, wash and ink to RGB8 (w*h*3 bytes).
+  void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) const;
+
+ private:
+  int threads_;
+};
 
 // Runs fn(begin, end) over [0, n) split into contiguous chunks on up to
 // `threads` threads (the caller's thread included).

@@ -1,5 +1,6 @@
 // The CPU reference implementation of the heavy passes (see passes.h).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 
@@ -32,264 +33,328 @@ std::vector<std::vector<uint32_t>> BinDabs(const std::vector<Dab>& dabs, float s
   return bins;
 }
 
-class CpuPasses final : public Passes {
- public:
-  explicit CpuPasses(int threads) : threads_(std::max(1, threads)) {}
-
-  void StampDabs(const std::vector<Dab>& dabs, const Textures& tex, Plane* ink) override {
-    auto bins = BinDabs(dabs, 1.0f, ink->h);
-    ParallelFor(threads_, static_cast<int>(bins.size()), [&](int b0, int b1) {
-      for (int b = b0; b < b1; ++b) {
-        int ya = b * kBand, yb = std::min(ink->h, ya + kBand);
-        for (uint32_t i : bins[static_cast<size_t>(b)]) StampOne(dabs[i], tex, ya, yb, ink);
+void StampOne(const Dab& d, const Textures& tex, int ya, int yb, Plane* ink) {
+  float reach = d.r * 1.1f + 1.0f;
+  int x0 = std::max(0, static_cast<int>(std::floor(d.x - reach)));
+  int x1 = std::min(ink->w - 1, static_cast<int>(std::ceil(d.x + reach)));
+  int y0 = std::max(ya, static_cast<int>(std::floor(d.y - reach)));
+  int y1 = std::min(yb - 1, static_cast<int>(std::ceil(d.y + reach)));
+  if (x0 > x1 || y0 > y1) return;
+  const float inv_r = 1.0f / d.r;
+  const int bristles = std::clamp(static_cast<int>(d.r / 1.1f), 5, 48);
+  const bool dry = d.dry > 0.02f;
+  const float streak_scale = 1.0f / std::max(2.0f, d.r * 2.2f);
+  const uint32_t ph = static_cast<uint32_t>(d.phase * 997.0f);
+  for (int y = y0; y <= y1; ++y) {
+    float* row = ink->row(y);
+    float dy = static_cast<float>(y) + 0.5f - d.y;
+    for (int x = x0; x <= x1; ++x) {
+      float dx = static_cast<float>(x) + 0.5f - d.x;
+      float d2 = dx * dx + dy * dy;
+      if (d2 > reach * reach || row[x] >= d.ink) continue;
+      float fib = tex.Fibre(x, y);
+      float edge = d.r * (0.9f + 0.2f * fib);
+      float cov = std::clamp(edge - std::sqrt(d2) + 0.5f, 0.0f, 1.0f);
+      if (cov <= 0.0f) continue;
+      float val = d.ink * cov;
+      if (dry) {
+        float u = std::clamp((dx * d.nx + dy * d.ny) * inv_r, -1.0f, 1.0f);
+        int b = std::min(bristles - 1, static_cast<int>((u + 1.0f) * 0.5f * static_cast<float>(bristles)));
+        float hb = Hash01(static_cast<uint32_t>(b) * 7919u + ph);
+        float n = tex.Noise1(d.s * streak_scale + static_cast<float>(b) * 37.0f + d.phase * 11.0f);
+        float au = std::fabs(u);
+        float q = 0.45f * hb + 0.55f * n + 0.12f - 0.35f * au * au * au;
+        val *= Smoothstep(d.dry - 0.1f, d.dry + 0.1f, q);
       }
-    });
-  }
-
-  void StampWet(const std::vector<Dab>& dabs, float scale, Plane* wet) override {
-    auto bins = BinDabs(dabs, scale, wet->h);
-    ParallelFor(threads_, static_cast<int>(bins.size()), [&](int b0, int b1) {
-      for (int b = b0; b < b1; ++b) {
-        int ya = b * kBand, yb = std::min(wet->h, ya + kBand);
-        for (uint32_t i : bins[static_cast<size_t>(b)]) {
-          const Dab& d = dabs[i];
-          if (d.wet <= 0.0f) continue;
-          float cx = d.x * scale, cy = d.y * scale, r = std::max(0.5f, d.r * scale);
-          int x0 = std::max(0, static_cast<int>(cx - r - 1));
-          int x1 = std::min(wet->w - 1, static_cast<int>(cx + r + 1));
-          int y0 = std::max(ya, static_cast<int>(cy - r - 1));
-          int y1 = std::min(yb - 1, static_cast<int>(cy + r + 1));
-          for (int y = y0; y <= y1; ++y) {
-            float* row = wet->row(y);
-            float dy = static_cast<float>(y) + 0.5f - cy;
-            for (int x = x0; x <= x1; ++x) {
-              float dx = static_cast<float>(x) + 0.5f - cx;
-              float cov = std::clamp(r + 0.5f - std::sqrt(dx * dx + dy * dy), 0.0f, 1.0f);
-              row[x] = std::max(row[x], cov * d.wet);
-            }
-          }
-        }
-      }
-    });
-  }
-
-  void Diffuse(const Textures& tex, int iterations, Plane* wet) override {
-    // Bounds of the wet area, grown by the spread of the iterations.
-    int bx0 = wet->w, bx1 = -1, by0 = wet->h, by1 = -1;
-    for (int y = 0; y < wet->h; ++y) {
-      const float* r = wet->row(y);
-      for (int x = 0; x < wet->w; ++x) {
-        if (r[x] > 0) {
-          bx0 = std::min(bx0, x); bx1 = std::max(bx1, x);
-          by0 = std::min(by0, y); by1 = std::max(by1, y);
-        }
-      }
-    }
-    if (bx1 < 0) return;
-    bx0 = std::max(0, bx0 - iterations); bx1 = std::min(wet->w - 1, bx1 + iterations);
-    by0 = std::max(0, by0 - iterations); by1 = std::min(wet->h - 1, by1 + iterations);
-    // The caller thread's scratch plane; the workers get it by reference (a
-    // thread_local named inside the lambda would be each worker's own).
-    thread_local Plane scratch;
-    Plane& next = scratch;
-    next = *wet;
-    for (int it = 0; it < iterations; ++it) {
-      const Plane& src = *wet;
-      ParallelFor(threads_, by1 - by0 + 1, [&src, &next, &tex, bx0, bx1, by0](int r0, int r1) {
-        for (int y = by0 + r0; y < by0 + r1; ++y) {
-          const float* up = src.row(std::max(0, y - 1));
-          const float* mid = src.row(y);
-          const float* dn = src.row(std::min(src.h - 1, y + 1));
-          float* out = next.row(y);
-          for (int x = bx0; x <= bx1; ++x) {
-            int xl = std::max(0, x - 1), xr = std::min(src.w - 1, x + 1);
-            float nb = std::max(std::max(up[x], dn[x]), std::max(mid[xl], mid[xr]));
-            float avg = 0.25f * (up[x] + dn[x] + mid[xl] + mid[xr]);
-            // Water runs along fibres: permeability from the fibre tile.
-            float perm = 0.45f + 0.5f * tex.Fibre(x * 2 + 17, y * 2 + 5);
-            float flow = (0.55f * nb + 0.45f * avg) * perm * 0.93f;
-            out[x] = std::max(mid[x], flow);
-          }
-        }
-      });
-      std::swap(next.v, wet->v);
-    }
-    if (next.v.size() > 1920u * 1080u) scratch = Plane{};
-  }
-
-  void Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) override {
-    const int w = wash->w, h = wash->h;
-    // Ridge heights per column (cheap, 1-D), then the per-pixel washes.
-    std::vector<float> ridge_y(static_cast<size_t>(w) * p.ridges.size());
-    for (size_t r = 0; r < p.ridges.size(); ++r) {
-      const Ridge& rg = p.ridges[r];
-      for (int x = 0; x < w; ++x) {
-        float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
-        ridge_y[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = RidgeY(rg, tex, fx);
-      }
-    }
-    const float aspect = static_cast<float>(w) / static_cast<float>(h);
-    ParallelFor(threads_, h, [&](int y0, int y1) {
-      for (int y = y0; y < y1; ++y) {
-        float fy = (static_cast<float>(y) + 0.5f) / static_cast<float>(h);
-        float* out = wash->row(y);
-        for (int x = 0; x < w; ++x) {
-          float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
-          float acc = p.sky * (1.0f - fy) * (0.6f + 0.8f * tex.Noise2(fx * 3.0f * aspect, fy * 3.0f));
-          for (size_t r = 0; r < p.ridges.size(); ++r) {
-            const Ridge& rg = p.ridges[r];
-            float ry = ridge_y[r * static_cast<size_t>(w) + static_cast<size_t>(x)];
-            float depth = fy - ry;
-            if (depth < -0.004f) continue;
-            if (depth > rg.mist || fx < rg.x0 || fx > rg.x1) continue;
-            float edge_aa = Smoothstep(-0.004f, 0.002f, depth);
-            float xfade = Smoothstep(rg.x0, rg.x0 + 0.1f, fx) * (1.0f - Smoothstep(rg.x1 - 0.1f, rg.x1, fx));
-            float dark = 0.42f + 0.58f * std::exp(-depth / 0.03f);
-            float mist = 1.0f - Smoothstep(0.0f, rg.mist, depth);
-            // Texture strokes (cun): stretched noise down the slopes.
-            float tx = tex.Fbm2(fx * 28.0f * aspect + rg.phase * 50.0f, fy * 12.0f, 2);
-            float cun = 0.55f + 0.9f * (tx - 0.5f) + 0.25f * Smoothstep(0.6f, 0.75f, tx);
-            float d = rg.density * dark * mist * std::clamp(cun, 0.2f, 1.4f) * xfade * edge_aa;
-            d = std::clamp(d, 0.0f, 1.0f);
-            acc = acc + d * (1.0f - acc);
-          }
-          if (fy > p.water_top) {
-            float n = tex.Noise2(fx * 6.0f * aspect + p.water_phase, fy * 160.0f);
-            float line = Smoothstep(0.72f, 0.86f, n) * (1.0f - Smoothstep(0.0f, 0.25f, fy - p.water_top)) * 0.5f +
-                         Smoothstep(0.78f, 0.9f, n) * 0.12f;
-            acc = acc + line * 0.35f * (1.0f - acc);
-          }
-          out[x] = acc;
-        }
-      }
-    });
-  }
-
-  void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) override {
-    const Plane& wash = *in.wash_low;
-    const Plane* wet = in.wet_half;
-    // Horizontal interpolation tables for the low-resolution planes.
-    struct XTab {
-      std::vector<int> i0;
-      std::vector<float> t;
-    };
-    auto make_tab = [w](int src_w) {
-      XTab tab;
-      tab.i0.resize(static_cast<size_t>(w));
-      tab.t.resize(static_cast<size_t>(w));
-      float k = static_cast<float>(src_w) / static_cast<float>(w);
-      for (int x = 0; x < w; ++x) {
-        float f = std::clamp((static_cast<float>(x) + 0.5f) * k - 0.5f, 0.0f, static_cast<float>(src_w - 1));
-        int i = std::min(static_cast<int>(f), std::max(0, src_w - 2));
-        tab.i0[static_cast<size_t>(x)] = i;
-        tab.t[static_cast<size_t>(x)] = src_w > 1 ? f - static_cast<float>(i) : 0.0f;
-      }
-      return tab;
-    };
-    const XTab wash_tab = make_tab(wash.w);
-    const XTab wet_tab = wet != nullptr ? make_tab(wet->w) : XTab{};
-    // Paper blotches, at the wash plane's resolution.
-    Plane blotch;
-    blotch.Reset(wash.w, wash.h);
-    const float bscale = static_cast<float>(w) / static_cast<float>(wash.w) / 220.0f;
-    for (int y = 0; y < wash.h; ++y) {
-      for (int x = 0; x < wash.w; ++x) {
-        blotch.row(y)[x] = tex.Noise2(static_cast<float>(x) * bscale + 37.0f, static_cast<float>(y) * bscale);
-      }
-    }
-    // Vertical interpolation of a plane into a row buffer.
-    auto vrow = [h](const Plane& p, int y, std::vector<float>* out) {
-      float f = std::clamp((static_cast<float>(y) + 0.5f) * static_cast<float>(p.h) / static_cast<float>(h) - 0.5f,
-                           0.0f, static_cast<float>(p.h - 1));
-      int y0 = static_cast<int>(f), y1 = std::min(y0 + 1, p.h - 1);
-      float t = f - static_cast<float>(y0);
-      const float* a = p.row(y0);
-      const float* b = p.row(y1);
-      out->resize(static_cast<size_t>(p.w) + 1);
-      for (int x = 0; x < p.w; ++x) (*out)[static_cast<size_t>(x)] = a[x] + (b[x] - a[x]) * t;
-      (*out)[static_cast<size_t>(p.w)] = (*out)[static_cast<size_t>(p.w - 1)];
-    };
-    ParallelFor(threads_, h, [&](int y0, int y1) {
-      std::vector<float> wash_row, blotch_row, wet_row;
-      for (int y = y0; y < y1; ++y) {
-        const float* ink = in.ink->row(y);
-        uint8_t* out = rgb + static_cast<size_t>(y) * static_cast<size_t>(w) * 3;
-        vrow(wash, y, &wash_row);
-        vrow(blotch, y, &blotch_row);
-        if (wet != nullptr) vrow(*wet, y, &wet_row);
-        for (int x = 0; x < w; ++x) {
-          const size_t xs = static_cast<size_t>(x);
-          float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
-          const size_t i = static_cast<size_t>(wash_tab.i0[xs]);
-          const float t = wash_tab.t[xs];
-          float bl = blotch_row[i] + (blotch_row[i + 1] - blotch_row[i]) * t;
-          float wa = wash_row[i] + (wash_row[i + 1] - wash_row[i]) * t;
-          float paper_k = 1.0f - 0.05f * (fib - 0.5f) - 0.06f * (bl - 0.5f);
-          // Wash pigment settles in the fibres.
-          wa = std::clamp(wa * (0.85f + 0.3f * fib), 0.0f, 1.0f);
-          float a = ink[x];
-          if (wet != nullptr) {
-            const size_t j = static_cast<size_t>(wet_tab.i0[xs]);
-            float halo = wet_row[j] + (wet_row[j + 1] - wet_row[j]) * wet_tab.t[xs];
-            if (halo > 0.0f) {
-              float spread = halo * (0.22f + 0.28f * fib);
-              a = 1.0f - (1.0f - a) * (1.0f - spread);
-            }
-          }
-          for (int c = 0; c < 3; ++c) {
-            float paper = in.paper_rgb[c] * paper_k;
-            float v = paper + (in.wash_rgb[c] - paper) * wa;
-            v = v + (in.ink_rgb[c] - v) * a;
-            out[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
-          }
-        }
-      }
-    });
-  }
-
- private:
-  static void StampOne(const Dab& d, const Textures& tex, int ya, int yb, Plane* ink) {
-    float reach = d.r * 1.1f + 1.0f;
-    int x0 = std::max(0, static_cast<int>(std::floor(d.x - reach)));
-    int x1 = std::min(ink->w - 1, static_cast<int>(std::ceil(d.x + reach)));
-    int y0 = std::max(ya, static_cast<int>(std::floor(d.y - reach)));
-    int y1 = std::min(yb - 1, static_cast<int>(std::ceil(d.y + reach)));
-    if (x0 > x1 || y0 > y1) return;
-    const float inv_r = 1.0f / d.r;
-    const int bristles = std::clamp(static_cast<int>(d.r / 1.1f), 5, 48);
-    const bool dry = d.dry > 0.02f;
-    const float streak_scale = 1.0f / std::max(2.0f, d.r * 2.2f);
-    const uint32_t ph = static_cast<uint32_t>(d.phase * 997.0f);
-    for (int y = y0; y <= y1; ++y) {
-      float* row = ink->row(y);
-      float dy = static_cast<float>(y) + 0.5f - d.y;
-      for (int x = x0; x <= x1; ++x) {
-        float dx = static_cast<float>(x) + 0.5f - d.x;
-        float d2 = dx * dx + dy * dy;
-        if (d2 > reach * reach || row[x] >= d.ink) continue;
-        float fib = tex.Fibre(x, y);
-        float edge = d.r * (0.9f + 0.2f * fib);
-        float cov = std::clamp(edge - std::sqrt(d2) + 0.5f, 0.0f, 1.0f);
-        if (cov <= 0.0f) continue;
-        float val = d.ink * cov;
-        if (dry) {
-          float u = std::clamp((dx * d.nx + dy * d.ny) * inv_r, -1.0f, 1.0f);
-          int b = std::min(bristles - 1, static_cast<int>((u + 1.0f) * 0.5f * static_cast<float>(bristles)));
-          float hb = Hash01(static_cast<uint32_t>(b) * 7919u + ph);
-          float n = tex.Noise1(d.s * streak_scale + static_cast<float>(b) * 37.0f + d.phase * 11.0f);
-          float au = std::fabs(u);
-          float q = 0.45f * hb + 0.55f * n + 0.12f - 0.35f * au * au * au;
-          val *= Smoothstep(d.dry - 0.1f, d.dry + 0.1f, q);
-        }
-        if (val > row[x]) row[x] = val;
-      }
+      if (val > row[x]) row[x] = val;
     }
   }
-
-  int threads_;
-};
+}
 
 }  // namespace
+
+
+void CpuPasses::StampDabs(const std::vector<Dab>& dabs, const Textures& tex, Plane* ink) const {
+  auto bins = BinDabs(dabs, 1.0f, ink->h);
+  ParallelFor(threads_, static_cast<int>(bins.size()), [&](int b0, int b1) {
+    for (int b = b0; b < b1; ++b) {
+      int ya = b * kBand, yb = std::min(ink->h, ya + kBand);
+      for (uint32_t i : bins[static_cast<size_t>(b)]) StampOne(dabs[i], tex, ya, yb, ink);
+    }
+  });
+}
+
+void CpuPasses::StampWet(const std::vector<Dab>& dabs, float scale, Plane* wet) const {
+  auto bins = BinDabs(dabs, scale, wet->h);
+  ParallelFor(threads_, static_cast<int>(bins.size()), [&](int b0, int b1) {
+    for (int b = b0; b < b1; ++b) {
+      int ya = b * kBand, yb = std::min(wet->h, ya + kBand);
+      for (uint32_t i : bins[static_cast<size_t>(b)]) {
+        const Dab& d = dabs[i];
+        if (d.wet <= 0.0f) continue;
+        float cx = d.x * scale, cy = d.y * scale, r = std::max(0.5f, d.r * scale);
+        int x0 = std::max(0, static_cast<int>(cx - r - 1));
+        int x1 = std::min(wet->w - 1, static_cast<int>(cx + r + 1));
+        int y0 = std::max(ya, static_cast<int>(cy - r - 1));
+        int y1 = std::min(yb - 1, static_cast<int>(cy + r + 1));
+        for (int y = y0; y <= y1; ++y) {
+          float* row = wet->row(y);
+          float dy = static_cast<float>(y) + 0.5f - cy;
+          for (int x = x0; x <= x1; ++x) {
+            float dx = static_cast<float>(x) + 0.5f - cx;
+            float cov = std::clamp(r + 0.5f - std::sqrt(dx * dx + dy * dy), 0.0f, 1.0f);
+            row[x] = std::max(row[x], cov * d.wet);
+          }
+        }
+      }
+    }
+  });
+}
+
+void CpuPasses::Diffuse(const Textures& tex, int iterations, Plane* wet) const {
+  // Bounds of the wet area, grown by the spread of the iterations.
+  int bx0 = wet->w, bx1 = -1, by0 = wet->h, by1 = -1;
+  for (int y = 0; y < wet->h; ++y) {
+    const float* r = wet->row(y);
+    for (int x = 0; x < wet->w; ++x) {
+      if (r[x] > 0) {
+        bx0 = std::min(bx0, x); bx1 = std::max(bx1, x);
+        by0 = std::min(by0, y); by1 = std::max(by1, y);
+      }
+    }
+  }
+  if (bx1 < 0) return;
+  bx0 = std::max(0, bx0 - iterations); bx1 = std::min(wet->w - 1, bx1 + iterations);
+  by0 = std::max(0, by0 - iterations); by1 = std::min(wet->h - 1, by1 + iterations);
+  // The caller thread's scratch plane; the workers get it by reference (a
+  // thread_local named inside the lambda would be each worker's own).
+  thread_local Plane scratch;
+  Plane& next = scratch;
+  next = *wet;
+  for (int it = 0; it < iterations; ++it) {
+    const Plane& src = *wet;
+    ParallelFor(threads_, by1 - by0 + 1, [&src, &next, &tex, bx0, bx1, by0](int r0, int r1) {
+      for (int y = by0 + r0; y < by0 + r1; ++y) {
+        const float* up = src.row(std::max(0, y - 1));
+        const float* mid = src.row(y);
+        const float* dn = src.row(std::min(src.h - 1, y + 1));
+        float* out = next.row(y);
+        for (int x = bx0; x <= bx1; ++x) {
+          int xl = std::max(0, x - 1), xr = std::min(src.w - 1, x + 1);
+          float nb = std::max(std::max(up[x], dn[x]), std::max(mid[xl], mid[xr]));
+          float avg = 0.25f * (up[x] + dn[x] + mid[xl] + mid[xr]);
+          // Water runs along fibres: permeability from the fibre tile.
+          float perm = 0.45f + 0.5f * tex.Fibre(x * 2 + 17, y * 2 + 5);
+          float flow = (0.55f * nb + 0.45f * avg) * perm * 0.93f;
+          out[x] = std::max(mid[x], flow);
+        }
+      }
+    });
+    std::swap(next.v, wet->v);
+  }
+  if (next.v.size() > 1920u * 1080u) scratch = Plane{};
+}
+
+void CpuPasses::Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) const {
+  const int w = wash->w, h = wash->h;
+  // Ridge heights per column (cheap, 1-D), then the per-pixel washes.
+  std::vector<float> ridge_y(static_cast<size_t>(w) * p.ridges.size());
+  for (size_t r = 0; r < p.ridges.size(); ++r) {
+    const Ridge& rg = p.ridges[r];
+    for (int x = 0; x < w; ++x) {
+      float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
+      ridge_y[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = RidgeY(rg, tex, fx);
+    }
+  }
+  const float aspect = static_cast<float>(w) / static_cast<float>(h);
+  ParallelFor(threads_, h, [&](int y0, int y1) {
+    for (int y = y0; y < y1; ++y) {
+      float fy = (static_cast<float>(y) + 0.5f) / static_cast<float>(h);
+      float* out = wash->row(y);
+      for (int x = 0; x < w; ++x) {
+        float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
+        float acc = p.sky * (1.0f - fy) * (0.6f + 0.8f * tex.Noise2(fx * 3.0f * aspect, fy * 3.0f));
+        for (size_t r = 0; r < p.ridges.size(); ++r) {
+          const Ridge& rg = p.ridges[r];
+          float ry = ridge_y[r * static_cast<size_t>(w) + static_cast<size_t>(x)];
+          float depth = fy - ry;
+          if (depth < -0.004f) continue;
+          if (depth > rg.mist || fx < rg.x0 || fx > rg.x1) continue;
+          float edge_aa = Smoothstep(-0.004f, 0.002f, depth);
+          float xfade = Smoothstep(rg.x0, rg.x0 + 0.1f, fx) * (1.0f - Smoothstep(rg.x1 - 0.1f, rg.x1, fx));
+          float dark = 0.42f + 0.58f * std::exp(-depth / 0.03f);
+          float mist = 1.0f - Smoothstep(0.0f, rg.mist, depth);
+          // Texture strokes (cun): stretched noise down the slopes.
+          float tx = tex.Fbm2(fx * 28.0f * aspect + rg.phase * 50.0f, fy * 12.0f, 2);
+          float cun = 0.55f + 0.9f * (tx - 0.5f) + 0.25f * Smoothstep(0.6f, 0.75f, tx);
+          float d = rg.density * dark * mist * std::clamp(cun, 0.2f, 1.4f) * xfade * edge_aa;
+          d = std::clamp(d, 0.0f, 1.0f);
+          acc = acc + d * (1.0f - acc);
+        }
+        if (fy > p.water_top) {
+          float n = tex.Noise2(fx * 6.0f * aspect + p.water_phase, fy * 160.0f);
+          float line = Smoothstep(0.72f, 0.86f, n) * (1.0f - Smoothstep(0.0f, 0.25f, fy - p.water_top)) * 0.5f +
+                       Smoothstep(0.78f, 0.9f, n) * 0.12f;
+          acc = acc + line * 0.35f * (1.0f - acc);
+        }
+        out[x] = acc;
+      }
+    }
+  });
+}
+
+void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) const {
+  const Plane& wash = *in.wash_low;
+  const Plane* wet = in.wet_half;
+  // Horizontal interpolation tables for the low-resolution planes.
+  struct XTab {
+    std::vector<int> i0;
+    std::vector<float> t;
+  };
+  auto make_tab = [w](int src_w) {
+    XTab tab;
+    tab.i0.resize(static_cast<size_t>(w));
+    tab.t.resize(static_cast<size_t>(w));
+    float k = static_cast<float>(src_w) / static_cast<float>(w);
+    for (int x = 0; x < w; ++x) {
+      float f = std::clamp((static_cast<float>(x) + 0.5f) * k - 0.5f, 0.0f, static_cast<float>(src_w - 1));
+      int i = std::min(static_cast<int>(f), std::max(0, src_w - 2));
+      tab.i0[static_cast<size_t>(x)] = i;
+      tab.t[static_cast<size_t>(x)] = src_w > 1 ? f - static_cast<float>(i) : 0.0f;
+    }
+    return tab;
+  };
+  const XTab wash_tab = make_tab(wash.w);
+  const XTab wet_tab = wet != nullptr ? make_tab(wet->w) : XTab{};
+  // Paper blotches, at the wash plane's resolution.
+  Plane blotch;
+  blotch.Reset(wash.w, wash.h);
+  const float bscale = static_cast<float>(w) / static_cast<float>(wash.w) / 220.0f;
+  for (int y = 0; y < wash.h; ++y) {
+    for (int x = 0; x < wash.w; ++x) {
+      blotch.row(y)[x] = tex.Noise2(static_cast<float>(x) * bscale + 37.0f, static_cast<float>(y) * bscale);
+    }
+  }
+  // Vertical interpolation of a plane into a row buffer.
+  auto vrow = [h](const Plane& p, int y, std::vector<float>* out) {
+    float f = std::clamp((static_cast<float>(y) + 0.5f) * static_cast<float>(p.h) / static_cast<float>(h) - 0.5f,
+                         0.0f, static_cast<float>(p.h - 1));
+    int y0 = static_cast<int>(f), y1 = std::min(y0 + 1, p.h - 1);
+    float t = f - static_cast<float>(y0);
+    const float* a = p.row(y0);
+    const float* b = p.row(y1);
+    out->resize(static_cast<size_t>(p.w) + 1);
+    for (int x = 0; x < p.w; ++x) (*out)[static_cast<size_t>(x)] = a[x] + (b[x] - a[x]) * t;
+    (*out)[static_cast<size_t>(p.w)] = (*out)[static_cast<size_t>(p.w - 1)];
+  };
+  ParallelFor(threads_, h, [&](int y0, int y1) {
+    std::vector<float> wash_row, blotch_row, wet_row;
+    for (int y = y0; y < y1; ++y) {
+      const float* ink = in.ink->row(y);
+      uint8_t* out = rgb + static_cast<size_t>(y) * static_cast<size_t>(w) * 3;
+      vrow(wash, y, &wash_row);
+      vrow(blotch, y, &blotch_row);
+      if (wet != nullptr) vrow(*wet, y, &wet_row);
+      for (int x = 0; x < w; ++x) {
+        const size_t xs = static_cast<size_t>(x);
+        float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
+        const size_t i = static_cast<size_t>(wash_tab.i0[xs]);
+        const float t = wash_tab.t[xs];
+        float bl = blotch_row[i] + (blotch_row[i + 1] - blotch_row[i]) * t;
+        float wa = wash_row[i] + (wash_row[i + 1] - wash_row[i]) * t;
+        float paper_k = 1.0f - 0.05f * (fib - 0.5f) - 0.06f * (bl - 0.5f);
+        // Wash pigment settles in the fibres.
+        wa = std::clamp(wa * (0.85f + 0.3f * fib), 0.0f, 1.0f);
+        float a = ink[x];
+        if (wet != nullptr) {
+          const size_t j = static_cast<size_t>(wet_tab.i0[xs]);
+          float halo = wet_row[j] + (wet_row[j + 1] - wet_row[j]) * wet_tab.t[xs];
+          if (halo > 0.0f) {
+            float spread = halo * (0.22f + 0.28f * fib);
+            a = 1.0f - (1.0f - a) * (1.0f - spread);
+          }
+        }
+        for (int c = 0; c < 3; ++c) {
+          float paper = in.paper_rgb[c] * paper_k;
+          float v = paper + (in.wash_rgb[c] - paper) * wa;
+          v = v + (in.ink_rgb[c] - v) * a;
+          out[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
+        }
+      }
+    }
+  });
+}
+
+void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Plane* ink_out,
+                    PassTimes* times) {
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  const CanvasPlanes& pl = plan.planes;
+  // Scratch planes are reused by the thread's next render (no page faults on
+  // fresh memory); planes above 4K are released afterwards.
+  thread_local Plane ink, wet, wash;
+  const auto t0 = Clock::now();
+  const Plane* background = plan.background;
+  if (plan.landscape != nullptr) {
+    wash.Reset(pl.lw, pl.lh);
+    Landscape(*plan.landscape, tex, &wash);
+    background = &wash;
+  }
+  const auto t1 = Clock::now();
+  ink.Reset(pl.w, pl.h);
+  StampDabs(*plan.dabs, tex, &ink);
+  const auto t2 = Clock::now();
+  wet.Reset(pl.ww, pl.wh);
+  StampWet(*plan.dabs, pl.wet_scale(), &wet);
+  Diffuse(tex, plan.diffuse_iterations, &wet);
+  const auto t3 = Clock::now();
+  ComposeInputs in = plan.look;
+  in.wash_low = background;
+  in.ink = &ink;
+  in.wet_half = &wet;
+  Compose(in, tex, pl.w, pl.h, rgb);
+  const auto t4 = Clock::now();
+  if (ink_out != nullptr) *ink_out = ink;
+  if (static_cast<int64_t>(pl.w) * pl.h > 3840LL * 2160LL) {
+    ink = Plane{};
+    wet = Plane{};
+    wash = Plane{};
+  }
+  if (times != nullptr) *times = PassTimes{ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t3, t4)};
+}
+
+CanvasPlanes PlanesFor(int w, int h) {
+  CanvasPlanes p;
+  p.w = std::max(1, w);
+  p.h = std::max(1, h);
+  p.ww = std::max(1, w / 2);
+  p.wh = std::max(1, h / 2);
+  p.lw = std::max(8, w / 3);
+  p.lh = std::max(8, h / 3);
+  return p;
+}
+
+PixelBox WetBounds(const std::vector<Dab>& dabs, float scale, int ww, int wh) {
+  PixelBox b{ww, wh, -1, -1};
+  for (const Dab& d : dabs) {
+    if (d.wet <= 0.0f) continue;
+    // The same extent StampWet gives a dab.
+    float cx = d.x * scale, cy = d.y * scale, r = std::max(0.5f, d.r * scale);
+    int x0 = std::max(0, static_cast<int>(cx - r - 1));
+    int x1 = std::min(ww - 1, static_cast<int>(cx + r + 1));
+    int y0 = std::max(0, static_cast<int>(cy - r - 1));
+    int y1 = std::min(wh - 1, static_cast<int>(cy + r + 1));
+    if (x0 > x1 || y0 > y1) continue;
+    b.x0 = std::min(b.x0, x0);
+    b.y0 = std::min(b.y0, y0);
+    b.x1 = std::max(b.x1, x1);
+    b.y1 = std::max(b.y1, y1);
+  }
+  if (b.x1 < 0) return PixelBox{};
+  return b;
+}
 
 float RidgeY(const Ridge& rg, const Textures& tex, float fx) {
   float t = fx * rg.freq + rg.phase;
@@ -373,7 +438,5 @@ Textures Textures::Build() {
   for (auto& v : t.fibre) v = (v - lo) / (hi - lo);
   return t;
 }
-
-std::unique_ptr<Passes> MakeCpuPasses(int threads) { return std::make_unique<CpuPasses>(threads); }
 
 }  // namespace danqing::render

@@ -19,8 +19,6 @@
 namespace danqing::render {
 namespace {
 
-constexpr int kMaxRidges = 16;
-
 struct DevTex {
   const float* fibre = nullptr;
   const float* noise2 = nullptr;
@@ -304,6 +302,9 @@ class CudaPasses final : public Passes {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
     }
+    for (cudaEvent_t e : events_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     for (void* p : {static_cast<void*>(ink_), static_cast<void*>(wet_[0]), static_cast<void*>(wet_[1]),
                     static_cast<void*>(wash_), static_cast<void*>(blotch_), static_cast<void*>(rgb_),
                     static_cast<void*>(dabs_), static_cast<void*>(ridge_y_), static_cast<void*>(ridges_)}) {
@@ -313,20 +314,19 @@ class CudaPasses final : public Passes {
   }
 
   Status Init(int w, int h, size_t dabs) {
-    w_ = w;
-    h_ = h;
-    ww_ = std::max(1, w / 2);
-    wh_ = std::max(1, h / 2);
-    lw_ = std::max(8, w / 3);
-    lh_ = std::max(8, h / 3);
+    pl_ = PlanesFor(w, h);
     max_dabs_ = std::max<size_t>(1, dabs);
     if (!Ok(cudaSetDevice(ctx_->device), "cudaSetDevice") ||
         !Ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate") ||
-        !Alloc(&ink_, Px(w_, h_) * 4) || !Alloc(&wet_[0], Px(ww_, wh_) * 4) || !Alloc(&wet_[1], Px(ww_, wh_) * 4) ||
-        !Alloc(&wash_, Px(lw_, lh_) * 4) || !Alloc(&blotch_, Px(lw_, lh_) * 4) || !Alloc(&rgb_, Px(w_, h_) * 3) ||
-        !Alloc(&dabs_, max_dabs_ * sizeof(Dab)) || !Alloc(&ridge_y_, static_cast<size_t>(kMaxRidges) * lw_ * 4) ||
-        !Alloc(&ridges_, kMaxRidges * sizeof(Ridge))) {
+        !Alloc(&ink_, Px(pl_.w, pl_.h) * 4) || !Alloc(&wet_[0], Px(pl_.ww, pl_.wh) * 4) ||
+        !Alloc(&wet_[1], Px(pl_.ww, pl_.wh) * 4) || !Alloc(&wash_, Px(pl_.lw, pl_.lh) * 4) ||
+        !Alloc(&blotch_, Px(pl_.lw, pl_.lh) * 4) || !Alloc(&rgb_, Px(pl_.w, pl_.h) * 3) ||
+        !Alloc(&dabs_, max_dabs_ * sizeof(Dab)) || !Alloc(&ridge_y_, static_cast<size_t>(kMaxRidges) * pl_.lw * 4) ||
+        !Alloc(&ridges_, static_cast<size_t>(kMaxRidges) * sizeof(Ridge))) {
       return status_;
+    }
+    for (cudaEvent_t& e : events_) {
+      if (!Ok(cudaEventCreate(&e), "cudaEventCreate")) return status_;
     }
     return Status::Ok();
   }
@@ -334,127 +334,102 @@ class CudaPasses final : public Passes {
   const char* name() const override { return "cuda"; }
   Status status() const override { return status_; }
 
-  void StampDabs(const std::vector<Dab>& dabs, const Textures&, Plane* ink) override {
-    if (!Fits(ink, w_, h_, "ink") || !UploadDabs(dabs)) return;
-    const size_t bytes = ink->v.size() * 4;
-    if (!Ok(cudaMemcpyAsync(ink_, ink->v.data(), bytes, cudaMemcpyHostToDevice, stream_), "upload ink")) return;
+  // All passes on the stream, the planes staying on the device: the host
+  // sends the dab list (and a photo's wash) and gets the RGB back.
+  void Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Plane* ink_out, PassTimes* times) override {
+    if (!status_.ok()) return;
+    const CanvasPlanes& p = plan.planes;
+    if (p.w != pl_.w || p.h != pl_.h || p.ww != pl_.ww || p.wh != pl_.wh || p.lw != pl_.lw || p.lh != pl_.lh ||
+        plan.dabs == nullptr || (plan.landscape == nullptr) == (plan.background == nullptr) ||
+        (plan.background != nullptr && (plan.background->w != p.lw || plan.background->h != p.lh ||
+                                        plan.background->v.size() != Px(p.lw, p.lh)))) {
+      status_ = Internal("cuda passes: the plan does not match the reserved canvas");
+      return;
+    }
+    const std::vector<Dab>& dabs = *plan.dabs;
+    if (dabs.size() > max_dabs_) {
+      status_ = Internal("cuda passes: more dabs than reserved");
+      return;
+    }
+    const dim3 block(32, 8);
+    if (!Ok(cudaEventRecord(events_[0], stream_), "cudaEventRecord")) return;
+    // Background wash.
+    if (plan.landscape != nullptr) {
+      if (!Landscape(*plan.landscape, tex)) return;
+    } else if (!Ok(cudaMemcpyAsync(wash_, plan.background->v.data(), Px(p.lw, p.lh) * 4, cudaMemcpyHostToDevice,
+                                   stream_), "upload wash")) {
+      return;
+    }
+    if (!Ok(cudaEventRecord(events_[1], stream_), "cudaEventRecord")) return;
+    // Ink.
+    if (!dabs.empty() && !Ok(cudaMemcpyAsync(dabs_, dabs.data(), dabs.size() * sizeof(Dab), cudaMemcpyHostToDevice,
+                                             stream_), "upload dabs")) {
+      return;
+    }
+    if (!Ok(cudaMemsetAsync(ink_, 0, Px(p.w, p.h) * 4, stream_), "clear ink")) return;
     if (!dabs.empty()) {
-      StampKernel<<<static_cast<unsigned>(dabs.size()), 128, 0, stream_>>>(dabs_, ctx_->tex, ink_, ink->w, ink->h);
+      StampKernel<<<static_cast<unsigned>(dabs.size()), 128, 0, stream_>>>(dabs_, ctx_->tex, ink_, p.w, p.h);
       if (!Ok(cudaGetLastError(), "StampKernel")) return;
     }
-    Download(ink->v.data(), ink_, bytes, "download ink");
-  }
-
-  void StampWet(const std::vector<Dab>& dabs, float scale, Plane* wet) override {
-    if (!Fits(wet, ww_, wh_, "wet") || !UploadDabs(dabs)) return;
-    const size_t bytes = wet->v.size() * 4;
-    if (!Ok(cudaMemcpyAsync(wet_[0], wet->v.data(), bytes, cudaMemcpyHostToDevice, stream_), "upload wet")) return;
-    if (!dabs.empty()) {
-      WetKernel<<<static_cast<unsigned>(dabs.size()), 128, 0, stream_>>>(dabs_, scale, wet_[0], wet->w, wet->h);
-      if (!Ok(cudaGetLastError(), "WetKernel")) return;
-    }
-    Download(wet->v.data(), wet_[0], bytes, "download wet");
-  }
-
-  void Diffuse(const Textures&, int iterations, Plane* wet) override {
-    if (!status_.ok() || !Fits(wet, ww_, wh_, "wet")) return;
-    // The wet area's bounds (on the host copy, as the CPU does), grown by the spread.
-    int bx0 = wet->w, bx1 = -1, by0 = wet->h, by1 = -1;
-    for (int y = 0; y < wet->h; ++y) {
-      const float* r = wet->row(y);
-      for (int x = 0; x < wet->w; ++x) {
-        if (r[x] > 0) {
-          bx0 = std::min(bx0, x); bx1 = std::max(bx1, x);
-          by0 = std::min(by0, y); by1 = std::max(by1, y);
-        }
-      }
-    }
-    if (bx1 < 0 || iterations <= 0) return;
-    bx0 = std::max(0, bx0 - iterations); bx1 = std::min(wet->w - 1, bx1 + iterations);
-    by0 = std::max(0, by0 - iterations); by1 = std::min(wet->h - 1, by1 + iterations);
-    const size_t bytes = wet->v.size() * 4;
-    if (!Ok(cudaMemcpyAsync(wet_[0], wet->v.data(), bytes, cudaMemcpyHostToDevice, stream_), "upload wet") ||
-        !Ok(cudaMemcpyAsync(wet_[1], wet_[0], bytes, cudaMemcpyDeviceToDevice, stream_), "copy wet")) {
+    if (!Ok(cudaEventRecord(events_[2], stream_), "cudaEventRecord")) return;
+    // Wet ink and its diffusion, over the box the dabs can have wetted grown
+    // by the spread (outside it both planes stay zero, as on the CPU).
+    const size_t wet_bytes = Px(p.ww, p.wh) * 4;
+    if (!Ok(cudaMemsetAsync(wet_[0], 0, wet_bytes, stream_), "clear wet") ||
+        !Ok(cudaMemsetAsync(wet_[1], 0, wet_bytes, stream_), "clear wet")) {
       return;
     }
-    dim3 block(32, 8);
-    dim3 grid = Grid2(bx1 - bx0 + 1, by1 - by0 + 1, block);
     int cur = 0;
-    for (int it = 0; it < iterations; ++it) {
-      DiffuseKernel<<<grid, block, 0, stream_>>>(wet_[cur], wet_[1 - cur], wet->w, wet->h, ctx_->tex, bx0, bx1, by0,
-                                                 by1);
-      if (!Ok(cudaGetLastError(), "DiffuseKernel")) return;
-      cur = 1 - cur;
-    }
-    Download(wet->v.data(), wet_[cur], bytes, "download wet");
-  }
-
-  void Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) override {
-    if (!status_.ok() || !Fits(wash, lw_, lh_, "wash")) return;
-    if (p.ridges.size() > static_cast<size_t>(kMaxRidges)) {
-      status_ = Internal("cuda landscape: more than 16 ridges");
-      return;
-    }
-    const int w = wash->w;
-    // Ridge heights per column: cheap and 1-D, computed as on the CPU.
-    host_ridge_y_.assign(std::max<size_t>(1, static_cast<size_t>(w) * p.ridges.size()), 0.0f);
-    for (size_t r = 0; r < p.ridges.size(); ++r) {
-      for (int x = 0; x < w; ++x) {
-        float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
-        host_ridge_y_[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = RidgeY(p.ridges[r], tex, fx);
+    const PixelBox box = WetBounds(dabs, p.wet_scale(), p.ww, p.wh);
+    if (!box.empty()) {
+      WetKernel<<<static_cast<unsigned>(dabs.size()), 128, 0, stream_>>>(dabs_, p.wet_scale(), wet_[0], p.ww, p.wh);
+      if (!Ok(cudaGetLastError(), "WetKernel")) return;
+      const int it = std::max(0, plan.diffuse_iterations);
+      const int bx0 = std::max(0, box.x0 - it), bx1 = std::min(p.ww - 1, box.x1 + it);
+      const int by0 = std::max(0, box.y0 - it), by1 = std::min(p.wh - 1, box.y1 + it);
+      const dim3 grid = Grid2(bx1 - bx0 + 1, by1 - by0 + 1, block);
+      for (int i = 0; i < it; ++i) {
+        DiffuseKernel<<<grid, block, 0, stream_>>>(wet_[cur], wet_[1 - cur], p.ww, p.wh, ctx_->tex, bx0, bx1, by0,
+                                                   by1);
+        if (!Ok(cudaGetLastError(), "DiffuseKernel")) return;
+        cur = 1 - cur;
       }
     }
-    if (!p.ridges.empty() &&
-        (!Ok(cudaMemcpyAsync(ridge_y_, host_ridge_y_.data(), host_ridge_y_.size() * 4, cudaMemcpyHostToDevice,
-                             stream_), "upload ridge heights") ||
-         !Ok(cudaMemcpyAsync(ridges_, p.ridges.data(), p.ridges.size() * sizeof(Ridge), cudaMemcpyHostToDevice,
-                             stream_), "upload ridges"))) {
-      return;
-    }
-    // host_ridge_y_ outlives the async copy: Download below synchronises the stream.
-    LandArgs a{static_cast<int>(p.ridges.size()), p.water_top, p.water_phase, p.sky};
-    dim3 block(32, 8);
-    LandscapeKernel<<<Grid2(wash->w, wash->h, block), block, 0, stream_>>>(ridges_, ridge_y_, a, ctx_->tex, wash_,
-                                                                           wash->w, wash->h);
-    if (!Ok(cudaGetLastError(), "LandscapeKernel")) return;
-    Download(wash->v.data(), wash_, wash->v.size() * 4, "download wash");
-  }
-
-  void Compose(const ComposeInputs& in, const Textures&, int w, int h, uint8_t* rgb) override {
-    if (!status_.ok()) return;
-    if (w != w_ || h != h_ || !Fits(in.ink, w_, h_, "ink") || in.wash_low == nullptr ||
-        !Fits(in.wash_low, lw_, lh_, "wash") ||
-        (in.wet_half != nullptr && !Fits(in.wet_half, ww_, wh_, "wet"))) {
-      if (status_.ok()) status_ = Internal("cuda compose: planes do not match the reserved canvas");
-      return;
-    }
-    const Plane& wash = *in.wash_low;
-    if (!Ok(cudaMemcpyAsync(wash_, wash.v.data(), wash.v.size() * 4, cudaMemcpyHostToDevice, stream_), "upload wash") ||
-        !Ok(cudaMemcpyAsync(ink_, in.ink->v.data(), in.ink->v.size() * 4, cudaMemcpyHostToDevice, stream_),
-            "upload ink") ||
-        (in.wet_half != nullptr &&
-         !Ok(cudaMemcpyAsync(wet_[0], in.wet_half->v.data(), in.wet_half->v.size() * 4, cudaMemcpyHostToDevice,
-                             stream_), "upload wet"))) {
-      return;
-    }
-    dim3 block(32, 8);
-    const float bscale = static_cast<float>(w) / static_cast<float>(wash.w) / 220.0f;
-    BlotchKernel<<<Grid2(wash.w, wash.h, block), block, 0, stream_>>>(ctx_->tex, blotch_, wash.w, wash.h, bscale);
+    if (!Ok(cudaEventRecord(events_[3], stream_), "cudaEventRecord")) return;
+    // Paper blotches, then everything to RGB.
+    const float bscale = static_cast<float>(p.w) / static_cast<float>(p.lw) / 220.0f;
+    BlotchKernel<<<Grid2(p.lw, p.lh, block), block, 0, stream_>>>(ctx_->tex, blotch_, p.lw, p.lh, bscale);
     if (!Ok(cudaGetLastError(), "BlotchKernel")) return;
     ComposeArgs a{};
     for (int c = 0; c < 3; ++c) {
-      a.paper[c] = in.paper_rgb[c];
-      a.wash[c] = in.wash_rgb[c];
-      a.ink[c] = in.ink_rgb[c];
+      a.paper[c] = plan.look.paper_rgb[c];
+      a.wash[c] = plan.look.wash_rgb[c];
+      a.ink[c] = plan.look.ink_rgb[c];
     }
-    a.fibre_dx = in.fibre_dx;
-    a.fibre_dy = in.fibre_dy;
-    a.has_wet = in.wet_half != nullptr ? 1 : 0;
-    LowPlane lwash{wash_, wash.w, wash.h}, lblotch{blotch_, wash.w, wash.h};
-    LowPlane lwet{wet_[0], in.wet_half != nullptr ? in.wet_half->w : 1, in.wet_half != nullptr ? in.wet_half->h : 1};
-    ComposeKernel<<<Grid2(w, h, block), block, 0, stream_>>>(lwash, lblotch, lwet, ink_, a, ctx_->tex, rgb_, w, h);
+    a.fibre_dx = plan.look.fibre_dx;
+    a.fibre_dy = plan.look.fibre_dy;
+    a.has_wet = 1;
+    LowPlane lwash{wash_, p.lw, p.lh}, lblotch{blotch_, p.lw, p.lh}, lwet{wet_[cur], p.ww, p.wh};
+    ComposeKernel<<<Grid2(p.w, p.h, block), block, 0, stream_>>>(lwash, lblotch, lwet, ink_, a, ctx_->tex, rgb_, p.w,
+                                                                 p.h);
     if (!Ok(cudaGetLastError(), "ComposeKernel")) return;
-    Download(rgb, rgb_, static_cast<size_t>(w) * static_cast<size_t>(h) * 3, "download rgb");
+    if (!Ok(cudaMemcpyAsync(rgb, rgb_, Px(p.w, p.h) * 3, cudaMemcpyDeviceToHost, stream_), "download rgb")) return;
+    if (!Ok(cudaEventRecord(events_[4], stream_), "cudaEventRecord")) return;
+    if (ink_out != nullptr) {
+      ink_out->Reset(p.w, p.h);
+      if (!Ok(cudaMemcpyAsync(ink_out->v.data(), ink_, Px(p.w, p.h) * 4, cudaMemcpyDeviceToHost, stream_),
+              "download ink")) {
+        return;
+      }
+    }
+    if (!Ok(cudaStreamSynchronize(stream_), "render")) return;
+    if (times != nullptr) {
+      float ms[4] = {0, 0, 0, 0};
+      for (int i = 0; i < 4; ++i) {
+        if (!Ok(cudaEventElapsedTime(&ms[i], events_[i], events_[i + 1]), "cudaEventElapsedTime")) return;
+      }
+      *times = PassTimes{ms[0], ms[1], ms[2], ms[3]};
+    }
   }
 
  private:
@@ -475,35 +450,43 @@ class CudaPasses final : public Passes {
     *p = static_cast<T*>(v);
     return true;
   }
-  bool Fits(const Plane* p, int w, int h, const char* what) {
-    if (!status_.ok()) return false;
-    if (p == nullptr || p->w != w || p->h != h || p->v.size() != Px(w, h)) {
-      status_ = Internal(std::string("cuda passes: ") + what + " plane does not match the reserved canvas");
+  // Ridge heights per column are cheap and 1-D: computed on the host as on
+  // the CPU, then the per-pixel wash on the device.
+  bool Landscape(const LandscapeParams& lp, const Textures& tex) {
+    if (lp.ridges.size() > static_cast<size_t>(kMaxRidges)) {
+      status_ = Internal("cuda landscape: more than 16 ridges");
       return false;
     }
-    return true;
-  }
-  bool UploadDabs(const std::vector<Dab>& dabs) {
-    if (!status_.ok()) return false;
-    if (dabs.size() > max_dabs_) {
-      status_ = Internal("cuda passes: more dabs than reserved");
+    const int w = pl_.lw;
+    host_ridge_y_.assign(std::max<size_t>(1, static_cast<size_t>(w) * lp.ridges.size()), 0.0f);
+    for (size_t r = 0; r < lp.ridges.size(); ++r) {
+      for (int x = 0; x < w; ++x) {
+        float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
+        host_ridge_y_[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = RidgeY(lp.ridges[r], tex, fx);
+      }
+    }
+    // host_ridge_y_ outlives the copies: Run synchronises the stream before it returns.
+    if (!lp.ridges.empty() &&
+        (!Ok(cudaMemcpyAsync(ridge_y_, host_ridge_y_.data(), host_ridge_y_.size() * 4, cudaMemcpyHostToDevice,
+                             stream_), "upload ridge heights") ||
+         !Ok(cudaMemcpyAsync(ridges_, lp.ridges.data(), lp.ridges.size() * sizeof(Ridge), cudaMemcpyHostToDevice,
+                             stream_), "upload ridges"))) {
       return false;
     }
-    if (dabs.empty()) return true;
-    return Ok(cudaMemcpyAsync(dabs_, dabs.data(), dabs.size() * sizeof(Dab), cudaMemcpyHostToDevice, stream_),
-              "upload dabs");
-  }
-  void Download(void* host, const void* dev, size_t bytes, const char* what) {
-    if (!Ok(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_), what)) return;
-    Ok(cudaStreamSynchronize(stream_), what);
+    LandArgs a{static_cast<int>(lp.ridges.size()), lp.water_top, lp.water_phase, lp.sky};
+    const dim3 block(32, 8);
+    LandscapeKernel<<<Grid2(pl_.lw, pl_.lh, block), block, 0, stream_>>>(ridges_, ridge_y_, a, ctx_->tex, wash_,
+                                                                         pl_.lw, pl_.lh);
+    return Ok(cudaGetLastError(), "LandscapeKernel");
   }
 
   CudaContext::Impl* ctx_;
   size_t reserved_;
   Status status_;
   cudaStream_t stream_ = nullptr;
-  int w_ = 0, h_ = 0, ww_ = 0, wh_ = 0, lw_ = 0, lh_ = 0;
+  CanvasPlanes pl_;
   size_t max_dabs_ = 0;
+  cudaEvent_t events_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   float* ink_ = nullptr;
   float* wet_[2] = {nullptr, nullptr};
   float* wash_ = nullptr;

@@ -296,7 +296,7 @@ void DrawSeal(const std::vector<char32_t>& chars, const StrokeData* strokes, con
     }
   }
   for (auto& d : dabs) { d.ink = 1; d.dry = 0; }
-  MakeCpuPasses(1)->StampDabs(dabs, tex, &mask);
+  CpuPasses(1).StampDabs(dabs, tex, &mask);
   const float red[3] = {182, 36, 30};
   float ox = rng.Range(0, 400), oy = rng.Range(0, 400);
   for (int y = 0; y < n; ++y) {
@@ -516,9 +516,9 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   // Background plan: a landscape or plain paper (a wash pass), or the photo
   // as ink wash (computed here), at a third of the resolution.
   const auto tb = Clock::now();
-  const int lw = std::max(8, w / 3), lh = std::max(8, h / 3);
-  Plane wash;
-  wash.Reset(lw, lh);
+  const CanvasPlanes planes = PlanesFor(w, h);
+  const int lw = planes.lw, lh = planes.lh;
+  Plane wash;  // the photo's wash (a landscape is drawn by the passes)
   Rng bg_rng(opts.seed, 0xb6u);
   std::vector<Dab> dabs;
   dabs.reserve(200000);
@@ -529,6 +529,7 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
     PlanTrees(land.ridges[2], *textures_, layout.block, bg_rng, W, H, &dabs);
     PlanTrees(land.ridges[1], *textures_, layout.block, bg_rng, W, H, &dabs);
   } else if (photo_bg) {
+    wash.Reset(lw, lh);
     PhotoWash(*opts.photo, layout.block, lw, lh, static_cast<float>(lw) / W, static_cast<float>(lh) / H, &wash);
   } else {
     land.sky = 0.025f;
@@ -590,38 +591,26 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
 
   // The heavy passes: on the accelerator when the Renderer has one and it can
   // take this render, else (or when it fails mid-render) on the CPU.
-  // Scratch planes are reused by the thread's next render (no page faults on
-  // fresh memory); planes above 4K are released afterwards.
-  thread_local Plane inkp, wet;
   image::Image img;
   img.width = w;
   img.height = h;
   img.rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
+  PassPlan plan;
+  plan.planes = planes;
+  plan.dabs = &dabs;
+  if (photo_bg) plan.background = &wash; else plan.landscape = &land;
+  plan.diffuse_iterations = std::clamp(static_cast<int>(layout.body_size / 40.0f), 1, 6);
+  plan.look.fibre_dx = static_cast<int>(opts.seed % 512);
+  plan.look.fibre_dy = static_cast<int>((opts.seed / 512) % 512);
+  if (photo_bg) {
+    plan.look.paper_rgb[0] = 238; plan.look.paper_rgb[1] = 232; plan.look.paper_rgb[2] = 216;
+  }
+  Plane detail_ink;
+  PassTimes times;
   auto run = [&](Passes& passes) {
     const auto t1 = Clock::now();
-    if (!photo_bg) passes.Landscape(land, *textures_, &wash);
-    const auto t2 = Clock::now();
-    inkp.Reset(w, h);
-    passes.StampDabs(dabs, *textures_, &inkp);
-    const auto t3 = Clock::now();
-    // Wet ink into the paper, at half resolution.
-    wet.Reset(std::max(1, w / 2), std::max(1, h / 2));
-    passes.StampWet(dabs, static_cast<float>(wet.w) / W, &wet);
-    passes.Diffuse(*textures_, std::clamp(static_cast<int>(layout.body_size / 40.0f), 1, 6), &wet);
-    const auto t4 = Clock::now();
-    ComposeInputs in;
-    in.wash_low = &wash;
-    in.ink = &inkp;
-    in.wet_half = &wet;
-    in.fibre_dx = static_cast<int>(opts.seed % 512);
-    in.fibre_dy = static_cast<int>((opts.seed / 512) % 512);
-    if (photo_bg) {
-      in.paper_rgb[0] = 238; in.paper_rgb[1] = 232; in.paper_rgb[2] = 216;
-    }
-    passes.Compose(in, *textures_, w, h, img.rgb.data());
-    stats.background_ms += Ms(t1, t2);
-    stats.strokes_ms = plan_ms + Ms(t2, t3);
-    stats.diffusion_ms = Ms(t3, t4);
+    passes.Run(plan, *textures_, img.rgb.data(), detail != nullptr ? &detail_ink : nullptr, &times);
+    stats.passes_ms = Ms(t1, Clock::now());
   };
   std::unique_ptr<Passes> accel;
   if (accelerator_ || cuda_ != nullptr) {
@@ -642,9 +631,13 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
     if (!stats.gpu_error.empty()) {
       spdlog::warn("render: {} failed, this render runs on the CPU: {}", backend_, stats.gpu_error);
     }
-    auto cpu = MakeCpuPasses(opts.threads);
-    run(*cpu);
+    CpuPasses cpu(opts.threads);
+    run(cpu);
   }
+  stats.background_ms += times.background_ms;
+  stats.strokes_ms = plan_ms + times.ink_ms;
+  stats.diffusion_ms = times.wet_ms;
+  stats.compose_ms = times.compose_ms;
 
   // The seal.
   std::vector<char32_t> seal_chars;
@@ -655,11 +648,7 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   if (seal_chars.size() == 3) seal_chars.resize(2);
   DrawSeal(seal_chars, strokes_.get(), font_.get(), layout.seal_x, layout.seal_y, layout.seal_size, *textures_, rng, &img);
 
-  if (detail != nullptr) detail->ink = inkp.v;
-  if (static_cast<int64_t>(w) * h > 3840LL * 2160LL) {
-    inkp = Plane{};
-    wet = Plane{};
-  }
+  if (detail != nullptr) detail->ink = std::move(detail_ink.v);
   stats.total_ms = Ms(t0, Clock::now());
   if (stats_out != nullptr) *stats_out = stats;
   return img;

@@ -60,7 +60,11 @@ struct RenderOptions {
 };
 
 struct RenderStats {
-  double total_ms = 0, background_ms = 0, strokes_ms = 0, diffusion_ms = 0;
+  double total_ms = 0, background_ms = 0, strokes_ms = 0, diffusion_ms = 0, compose_ms = 0;
+  // The heavy passes alone (Passes::Run, on whichever backend ran them); the
+  // rest of total_ms is host work no accelerator shortens (layout, stroke
+  // planning, the seal, the output buffer).
+  double passes_ms = 0;
   int characters = 0;           // characters written (poem, title, signature, date)
   int fallback_characters = 0;  // of those, inked from the font
   int dropped_characters = 0;   // in neither the stroke data nor the font

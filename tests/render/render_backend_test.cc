@@ -4,6 +4,9 @@
 // (skipped, with the reason, where not).
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -92,6 +95,69 @@ TEST(BackendTest, DeviceMemoryPerRender) {
               sizeof(Dab), fixed_4k, DeviceTextureBytes());
 }
 
+TEST(BackendTest, PlanesForACanvas) {
+  const CanvasPlanes p = PlanesFor(1920, 1080);
+  EXPECT_EQ(p.ww, 960);
+  EXPECT_EQ(p.wh, 540);
+  EXPECT_EQ(p.lw, 640);
+  EXPECT_EQ(p.lh, 360);
+  EXPECT_FLOAT_EQ(p.wet_scale(), 0.5f);
+  const CanvasPlanes tiny = PlanesFor(3, 2);  // the low planes never shrink below 8 pixels
+  EXPECT_EQ(tiny.ww, 1);
+  EXPECT_EQ(tiny.wh, 1);
+  EXPECT_EQ(tiny.lw, 8);
+  EXPECT_EQ(tiny.lh, 8);
+}
+
+// The CUDA backend diffuses over WetBounds instead of reading the wet plane
+// back: every pixel the CPU's StampWet wets must lie inside it.
+TEST(BackendTest, WetBoundsHoldEveryWettedPixel) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const CanvasPlanes p = PlanesFor(640, 360);
+  CpuPasses cpu(1);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<Dab> dabs(1 + trial * 3);
+    for (Dab& d : dabs) {
+      // Centres up to a tenth outside the canvas; some dabs carry no water.
+      d.x = (u(rng) * 1.2f - 0.1f) * static_cast<float>(p.w);
+      d.y = (u(rng) * 1.2f - 0.1f) * static_cast<float>(p.h);
+      d.r = 0.3f + u(rng) * 14.0f;
+      d.wet = u(rng) < 0.3f ? 0.0f : u(rng);
+    }
+    Plane wet;
+    wet.Reset(p.ww, p.wh);
+    cpu.StampWet(dabs, p.wet_scale(), &wet);
+    const PixelBox box = WetBounds(dabs, p.wet_scale(), p.ww, p.wh);
+    int wetted = 0;
+    for (int y = 0; y < wet.h; ++y) {
+      for (int x = 0; x < wet.w; ++x) {
+        if (wet.row(y)[x] <= 0.0f) continue;
+        ++wetted;
+        ASSERT_TRUE(x >= box.x0 && x <= box.x1 && y >= box.y0 && y <= box.y1)
+            << "trial " << trial << ": (" << x << "," << y << ") outside [" << box.x0 << "," << box.x1 << "]x["
+            << box.y0 << "," << box.y1 << "]";
+      }
+    }
+    if (wetted > 0) {
+      EXPECT_FALSE(box.empty());
+      EXPECT_GE(box.x0, 0);
+      EXPECT_GE(box.y0, 0);
+      EXPECT_LT(box.x1, p.ww);
+      EXPECT_LT(box.y1, p.wh);
+    }
+  }
+  std::vector<Dab> dry(5);
+  for (Dab& d : dry) d.wet = 0;
+  EXPECT_TRUE(WetBounds(dry, 0.5f, 100, 100).empty());
+  EXPECT_TRUE(WetBounds({}, 0.5f, 100, 100).empty());
+  Dab far;
+  far.x = -500;
+  far.y = 50;
+  far.wet = 1;
+  EXPECT_TRUE(WetBounds({far}, 0.5f, 100, 100).empty()) << "a dab wholly off the plane wets nothing";
+}
+
 bool HaveGpu() {
   CudaProbe p = ProbeCuda();
   const char* v = std::getenv("NVIDIA_VISIBLE_DEVICES");
@@ -168,36 +234,23 @@ TEST(RendererBackendTest, ForcedCpuAndBadNames) {
   EXPECT_NE(bad.status().message().find("tpu"), std::string::npos);
 }
 
-// A stand-in accelerator: the CPU passes, optionally failing after the dab
-// pass with the ink plane scribbled over (as a lost device would leave it).
+// A stand-in accelerator: the CPU passes, optionally failing at the end with
+// the output scribbled over (as a device lost mid-render would leave it).
 class FakeAccel final : public Passes {
  public:
-  explicit FakeAccel(bool fail) : cpu_(MakeCpuPasses(2)), fail_(fail) {}
-  void StampDabs(const std::vector<Dab>& d, const Textures& t, Plane* ink) override {
-    if (!status_.ok()) return;
-    cpu_->StampDabs(d, t, ink);
+  explicit FakeAccel(bool fail) : cpu_(2), fail_(fail) {}
+  void Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Plane* ink_out, PassTimes* times) override {
+    cpu_.Run(plan, tex, rgb, ink_out, times);
     if (fail_) {
-      std::fill(ink->v.begin(), ink->v.end(), 1.0f);
+      std::fill_n(rgb, static_cast<size_t>(plan.planes.w) * static_cast<size_t>(plan.planes.h) * 3, uint8_t{7});
       status_ = Unavailable("fake: cudaErrorDevicesUnavailable");
     }
-  }
-  void StampWet(const std::vector<Dab>& d, float s, Plane* wet) override {
-    if (status_.ok()) cpu_->StampWet(d, s, wet);
-  }
-  void Diffuse(const Textures& t, int it, Plane* wet) override {
-    if (status_.ok()) cpu_->Diffuse(t, it, wet);
-  }
-  void Landscape(const LandscapeParams& p, const Textures& t, Plane* wash) override {
-    if (status_.ok()) cpu_->Landscape(p, t, wash);
-  }
-  void Compose(const ComposeInputs& in, const Textures& t, int w, int h, uint8_t* rgb) override {
-    if (status_.ok()) cpu_->Compose(in, t, w, h, rgb);
   }
   const char* name() const override { return "fake"; }
   Status status() const override { return status_; }
 
  private:
-  std::unique_ptr<Passes> cpu_;
+  CpuPasses cpu_;
   bool fail_;
   Status status_;
 };
@@ -287,13 +340,26 @@ TEST(GpuParityTest, GpuMatchesCpuWithin40dB) {
   cc.backend = "cpu";
   auto c = Renderer::Create(cc);
   ASSERT_TRUE(c.ok());
+  image::Image photo;  // a gradient with a dark disc: edges and tones for the photo wash
+  photo.width = 320;
+  photo.height = 240;
+  photo.rgb.resize(320 * 240 * 3);
+  for (int y = 0; y < 240; ++y) {
+    for (int x = 0; x < 320; ++x) {
+      const bool disc = (x - 200) * (x - 200) + (y - 100) * (y - 100) < 50 * 50;
+      const auto v = static_cast<uint8_t>(disc ? 30 : 60 + (x * 180) / 320);
+      std::fill_n(photo.row(y) + x * 3, 3, v);
+    }
+  }
   for (int poem = 0; poem < 2; ++poem) {
     for (uint64_t seed : {1u, 7u, 2024u}) {
-      for (Background bg : {Background::kLandscape, Background::kPaper}) {
+      for (Background bg : {Background::kLandscape, Background::kPaper, Background::kPhoto}) {
         for (auto [w, h] : {std::pair{1280, 720}, std::pair{1920, 1080}}) {
+          RenderOptions o = Opts(seed, bg, w, h);
+          if (bg == Background::kPhoto) o.photo = &photo;  // a wash the host makes and uploads
           RenderStats gs;
-          auto gi = (*g)->Render(Poem(poem), Opts(seed, bg, w, h), &gs);
-          auto ci = (*c)->Render(Poem(poem), Opts(seed, bg, w, h));
+          auto gi = (*g)->Render(Poem(poem), o, &gs);
+          auto ci = (*c)->Render(Poem(poem), o);
           ASSERT_TRUE(gi.ok() && ci.ok());
           EXPECT_EQ(gs.backend, "cuda") << gs.gpu_error;
           double p = Psnr(*gi, *ci);

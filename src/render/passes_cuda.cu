@@ -267,6 +267,32 @@ std::string CudaMessage(cudaError_t e, const char* what) {
   return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
 }
 
+// Errors after which the CUDA context is unusable for the rest of the
+// process (driver_types.h: "the process must be terminated and relaunched"),
+// or gone: renders then go straight to the CPU.
+bool ContextLost(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorDeviceUninitialized:
+    case cudaErrorCudartUnloading:
+      return true;
+    default:
+      return false;
+  }
+}
+
 dim3 Grid2(int w, int h, dim3 block) {
   return dim3(static_cast<unsigned>((w + static_cast<int>(block.x) - 1) / static_cast<int>(block.x)),
               static_cast<unsigned>((h + static_cast<int>(block.y) - 1) / static_cast<int>(block.y)));
@@ -279,9 +305,19 @@ struct CudaContext::Impl {
   DevTex tex;
   float* tex_mem = nullptr;
   size_t budget = 0;
+  // Stream-ordered allocation from the device's pool (cudaMallocAsync), which
+  // keeps freed planes for the next render; else cudaMalloc/cudaFree, whose
+  // free waits for the whole device.
+  bool pools = false;
   mutable std::mutex mu;
   std::condition_variable cv;
   size_t used = 0;
+  std::string lost;  // guarded by mu: the error that left the context unusable
+
+  void Lose(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (lost.empty()) lost = why;
+  }
 
   void Release(size_t bytes) {
     {
@@ -298,6 +334,13 @@ class CudaPasses final : public Passes {
  public:
   CudaPasses(CudaContext::Impl* ctx, size_t reserved) : ctx_(ctx), reserved_(reserved) {}
   ~CudaPasses() override {
+    for (void* p : {static_cast<void*>(ink_), static_cast<void*>(wet_[0]), static_cast<void*>(wet_[1]),
+                    static_cast<void*>(wash_), static_cast<void*>(blotch_), static_cast<void*>(rgb_),
+                    static_cast<void*>(dabs_), static_cast<void*>(ridge_y_), static_cast<void*>(ridges_)}) {
+      if (p == nullptr) continue;
+      if (ctx_->pools) cudaFreeAsync(p, stream_);  // after the stream's work, back to the pool
+      else cudaFree(p);
+    }
     if (stream_ != nullptr) {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
@@ -305,17 +348,14 @@ class CudaPasses final : public Passes {
     for (cudaEvent_t e : events_) {
       if (e != nullptr) cudaEventDestroy(e);
     }
-    for (void* p : {static_cast<void*>(ink_), static_cast<void*>(wet_[0]), static_cast<void*>(wet_[1]),
-                    static_cast<void*>(wash_), static_cast<void*>(blotch_), static_cast<void*>(rgb_),
-                    static_cast<void*>(dabs_), static_cast<void*>(ridge_y_), static_cast<void*>(ridges_)}) {
-      if (p != nullptr) cudaFree(p);
-    }
+    cudaGetLastError();  // a failed clean-up must not fail the thread's next render
     ctx_->Release(reserved_);
   }
 
   Status Init(int w, int h, size_t dabs) {
     pl_ = PlanesFor(w, h);
     max_dabs_ = std::max<size_t>(1, dabs);
+    cudaGetLastError();  // start from a clean slate on this thread
     if (!Ok(cudaSetDevice(ctx_->device), "cudaSetDevice") ||
         !Ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate") ||
         !Alloc(&ink_, Px(pl_.w, pl_.h) * 4) || !Alloc(&wet_[0], Px(pl_.ww, pl_.wh) * 4) ||
@@ -424,9 +464,13 @@ class CudaPasses final : public Passes {
     }
     if (!Ok(cudaStreamSynchronize(stream_), "render")) return;
     if (times != nullptr) {
+      // Timing is a nicety: an error here does not throw the finished image away.
       float ms[4] = {0, 0, 0, 0};
       for (int i = 0; i < 4; ++i) {
-        if (!Ok(cudaEventElapsedTime(&ms[i], events_[i], events_[i + 1]), "cudaEventElapsedTime")) return;
+        if (cudaEventElapsedTime(&ms[i], events_[i], events_[i + 1]) != cudaSuccess) {
+          cudaGetLastError();
+          ms[i] = 0;
+        }
       }
       *times = PassTimes{ms[0], ms[1], ms[2], ms[3]};
     }
@@ -435,18 +479,24 @@ class CudaPasses final : public Passes {
  private:
   static size_t Px(int w, int h) { return static_cast<size_t>(w) * static_cast<size_t>(h); }
 
+  // Records the first error and stops the render: waits for what is already
+  // queued (nothing then writes into host memory after Run returns) and
+  // clears the thread's last error, so it does not fail the next render.
   bool Ok(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
     if (status_.ok()) {
-      status_ = (e == cudaErrorMemoryAllocation ? ResourceExhausted(CudaMessage(e, what))
-                                                : Unavailable(CudaMessage(e, what)));
+      const std::string msg = CudaMessage(e, what);
+      status_ = e == cudaErrorMemoryAllocation ? ResourceExhausted(msg) : Unavailable(msg);
+      if (ContextLost(e)) ctx_->Lose(msg);
     }
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    cudaGetLastError();
     return false;
   }
   template <typename T>
   bool Alloc(T** p, size_t bytes) {
     void* v = nullptr;
-    if (!Ok(cudaMalloc(&v, bytes), "cudaMalloc")) return false;
+    if (!Ok(ctx_->pools ? cudaMallocAsync(&v, bytes, stream_) : cudaMalloc(&v, bytes), "cudaMalloc")) return false;
     *p = static_cast<T*>(v);
     return true;
   }
@@ -532,6 +582,16 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(const Textures& tex, si
   e = cudaMemGetInfo(&free_b, &total_b);
   if (e != cudaSuccess) return Unavailable(CudaMessage(e, "cudaMemGetInfo"));
   impl->budget = budget_bytes != 0 ? budget_bytes : free_b / 10 * 8;
+  int pools = 0;
+  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, impl->device) == cudaSuccess && pools != 0) {
+    // Keep up to the budget of freed planes in the pool between renders
+    // (the default threshold, 0, hands them back to the driver at every sync).
+    cudaMemPool_t pool = nullptr;
+    uint64_t keep = impl->budget;
+    impl->pools = cudaDeviceGetDefaultMemPool(&pool, impl->device) == cudaSuccess &&
+                  cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess;
+  }
+  cudaGetLastError();
   const size_t nf = tex.fibre.size(), n2 = tex.noise2.size(), n1 = tex.noise1.size();
   void* mem = nullptr;
   e = cudaMalloc(&mem, (nf + n2 + n1) * sizeof(float));
@@ -556,6 +616,10 @@ size_t CudaContext::in_use_bytes() const {
 }
 
 Result<std::unique_ptr<Passes>> CudaContext::MakePasses(int w, int h, size_t dabs) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (!impl_->lost.empty()) return Unavailable("the CUDA context is unusable since: " + impl_->lost);
+  }
   const size_t need = DeviceBytesPerRender(w, h, dabs);
   if (need > impl_->budget) {
     return ResourceExhausted("render needs " + std::to_string(need >> 20) + " MiB of device memory, budget is " +

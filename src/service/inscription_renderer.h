@@ -29,11 +29,17 @@ struct InscriptionJob {
   const image::Image* photo = nullptr;  // the visitor's photo (always set by the service)
 };
 
+// Which backend drew one inscription, and why not the GPU when it was meant to.
+struct RenderOutcome {
+  std::string backend;    // "cpu", "cuda"
+  std::string gpu_error;  // non-empty: the GPU could not take or finish it, the CPU did
+};
+
 class InscriptionRenderer {
  public:
   virtual ~InscriptionRenderer() = default;
-  // INVALID_ARGUMENT for a bad size, style or background.
-  virtual Result<image::Image> Render(const InscriptionJob& job) const = 0;
+  // INVALID_ARGUMENT for a bad size, style or background. `outcome` may be null.
+  virtual Result<image::Image> Render(const InscriptionJob& job, RenderOutcome* outcome) const = 0;
   // Whether a character can be written (strokes or a fallback font).
   virtual bool CanRender(char32_t c) const = 0;
   // "cpu" or "cuda".

@@ -92,7 +92,10 @@ Metrics::Metrics()
                     "Time spent in each stage of an inscription.", "stage",
                     {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
       rejected("danqing_inscriptions_rejected_total",
-               "Inscription requests refused before rendering, by reason.") {}
+               "Inscription requests refused before rendering, by reason."),
+      renders("danqing_renders_total",
+              "Inscriptions rendered, by the backend that ran the heavy passes; gpu_fallback=\"true\": "
+              "the GPU could not take or finish the render and the CPU did.") {}
 
 std::string Metrics::Render() const {
   std::string out;
@@ -101,6 +104,7 @@ std::string Metrics::Render() const {
   requests.Write(&out);
   stage_seconds.Write(&out);
   rejected.Write(&out);
+  renders.Write(&out);
   const auto gauge = [&](const char* name, const char* help, int64_t v) {
     Header(&out, name, help, "gauge");
     out += std::string(name) + " " + std::to_string(v) + "\n";

@@ -55,6 +55,7 @@ struct Metrics {
   LabeledCounter requests;                 // danqing_http_requests_total{route,code}
   Histogram stage_seconds;                 // danqing_inscription_stage_seconds{stage}
   LabeledCounter rejected;                 // danqing_inscriptions_rejected_total{reason}
+  LabeledCounter renders;                  // danqing_renders_total{backend,gpu_fallback}
   std::atomic<int64_t> queue_depth{0};     // danqing_render_queue_depth
   std::atomic<int64_t> queue_capacity{0};  // danqing_render_queue_capacity
   std::atomic<int64_t> in_flight{0};       // danqing_renders_in_flight

@@ -199,8 +199,11 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
   job.vertical = o.vertical;
   job.seed = seed;
   job.photo = &photo.value();
-  auto canvas = renderer_->Render(job);
+  RenderOutcome outcome;
+  auto canvas = renderer_->Render(job, &outcome);
   if (!canvas.ok()) return canvas.status();
+  r.backend = outcome.backend;
+  r.gpu_fallback = !outcome.gpu_error.empty();
   r.timings.render_ms = Ms(t);
   r.width = canvas->width;
   r.height = canvas->height;

@@ -47,6 +47,8 @@ struct InscriptionResult {
   std::vector<std::string> lines;
   perceive::Perception perception;
   Timings timings;
+  std::string backend;        // which backend drew it: "cpu", "cuda"
+  bool gpu_fallback = false;  // the GPU could not take or finish it; the CPU did
 };
 
 struct PipelineLimits {

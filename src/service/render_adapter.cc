@@ -13,7 +13,7 @@ class CalligraphyRenderer final : public InscriptionRenderer {
   CalligraphyRenderer(std::unique_ptr<render::Renderer> renderer, int threads)
       : renderer_(std::move(renderer)), threads_(threads) {}
 
-  Result<image::Image> Render(const InscriptionJob& job) const override {
+  Result<image::Image> Render(const InscriptionJob& job, RenderOutcome* outcome) const override {
     const auto style = render::ParseStyle(job.style);
     if (!style) return InvalidArgument("unknown style '" + job.style + "'");
     const auto background = render::ParseBackground(job.background);
@@ -28,7 +28,10 @@ class CalligraphyRenderer final : public InscriptionRenderer {
     o.vertical = job.vertical;
     o.photo = job.photo;
     o.threads = threads_;
-    return renderer_->Render(text, o);
+    render::RenderStats stats;
+    auto img = renderer_->Render(text, o, &stats);
+    if (outcome != nullptr) *outcome = RenderOutcome{stats.backend, stats.gpu_error};
+    return img;
   }
   bool CanRender(char32_t c) const override { return renderer_->CanRender(c); }
   std::string Backend() const override { return renderer_->backend(); }

@@ -133,6 +133,7 @@ std::string InscriptionJson(const std::string& id, const InscriptionResult& r,
         {"encode", r3(t.encode_ms)},
         {"total", r3(t.total_ms)}}},
       {"backend", backend},
+      {"gpu_fallback", r.gpu_fallback},
   };
   return j.dump();
 }
@@ -332,6 +333,8 @@ void Server::Routes() {
             metrics_->stage_seconds.Observe("verse", t.verse_ms / 1000);
             metrics_->stage_seconds.Observe("render", t.render_ms / 1000);
             metrics_->stage_seconds.Observe("encode", t.encode_ms / 1000);
+            metrics_->renders.Add("backend=\"" + r->backend + "\",gpu_fallback=\"" +
+                                  (r->gpu_fallback ? "true" : "false") + "\"");
           }
           finish(std::move(r));
         },
@@ -364,7 +367,7 @@ void Server::Routes() {
     InscriptionResult& r = pending->result.value();
     const std::string id = NewId();
     auto stored = std::make_shared<Stored>();
-    stored->json = InscriptionJson(id, r, metrics_->backend);
+    stored->json = InscriptionJson(id, r, r.backend.empty() ? metrics_->backend : r.backend);
     stored->image = std::move(r.image);
     stored->content_type = r.content_type;
     Store(id, stored);

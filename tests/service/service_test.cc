@@ -84,11 +84,12 @@ std::string WithExifOrientation6(const std::string& jpeg) {
 // A renderer the test controls: every Render blocks until Release().
 class GatedRenderer final : public InscriptionRenderer {
  public:
-  Result<image::Image> Render(const InscriptionJob& job) const override {
+  Result<image::Image> Render(const InscriptionJob& job, RenderOutcome* outcome) const override {
     std::unique_lock<std::mutex> lock(mu_);
     ++started_;
     cv_.notify_all();
     cv_.wait(lock, [&] { return open_; });
+    if (outcome != nullptr) *outcome = outcome_;
     return image::Image::Filled(job.width, job.height);
   }
   bool CanRender(char32_t c) const override { return c >= 0x4E00 && c <= 0x9FFF; }
@@ -97,6 +98,11 @@ class GatedRenderer final : public InscriptionRenderer {
     std::lock_guard<std::mutex> lock(mu_);
     open_ = true;
     cv_.notify_all();
+  }
+  // What each Render reports, as a GPU renderer whose device failed would.
+  void Report(RenderOutcome outcome) {
+    std::lock_guard<std::mutex> lock(mu_);
+    outcome_ = std::move(outcome);
   }
   void WaitStarted(int n) const {
     std::unique_lock<std::mutex> lock(mu_);
@@ -108,6 +114,7 @@ class GatedRenderer final : public InscriptionRenderer {
   mutable std::condition_variable cv_;
   mutable int started_ = 0;
   bool open_ = false;
+  RenderOutcome outcome_{"cpu", ""};
 };
 
 // One service on 127.0.0.1, any free port.
@@ -386,6 +393,34 @@ TEST_F(ServiceTest, PageHealthAndMetrics) {
               HasSubstr("danqing_inscription_request_duration_seconds_count{outcome=\"ok\"}"));
   EXPECT_THAT(m->body, HasSubstr("# TYPE danqing_renders_in_flight gauge"));
   EXPECT_THAT(m->body, HasSubstr("danqing_inscription_stage_seconds_count{stage=\"render\"}"));
+  EXPECT_THAT(m->body, HasSubstr("danqing_renders_total{backend=\"cpu\",gpu_fallback=\"false\"} "));
+}
+
+// A render the GPU could not finish: the inscription still succeeds, and both
+// its JSON and the metrics say the CPU drew it instead.
+TEST(ServiceLoadTest, GpuFallbackIsReportedAndCounted) {
+  GatedRenderer gate;
+  gate.Report({"cpu", "UNAVAILABLE: cudaMemcpyAsync: cudaErrorDevicesUnavailable"});
+  gate.Release();
+  Service svc(&gate, SmallOptions());
+  auto c = svc.Client();
+  auto res = c.Post("/v1/inscriptions?width=256&height=256&response=json", Photo("chelsea.jpg"), "image/jpeg");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_EQ(j["gpu_fallback"], true);
+  EXPECT_EQ(svc.metrics().renders.Get("backend=\"cpu\",gpu_fallback=\"true\""), 1u);
+  EXPECT_EQ(svc.metrics().renders.Get("backend=\"cpu\",gpu_fallback=\"false\""), 0u);
+  gate.Report({"cuda", ""});
+  res = c.Post("/v1/inscriptions?width=256&height=256&response=json", Photo("chelsea.jpg"), "image/jpeg");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["backend"], "cuda");
+  EXPECT_EQ(json::parse(res->body)["gpu_fallback"], false);
+  EXPECT_EQ(svc.metrics().renders.Get("backend=\"cuda\",gpu_fallback=\"false\""), 1u);
+  EXPECT_THAT(svc.metrics().Render(),
+              HasSubstr("danqing_renders_total{backend=\"cpu\",gpu_fallback=\"true\"} 1"));
 }
 
 // Overload, deadlines and draining, with a renderer the test holds.

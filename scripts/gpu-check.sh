@@ -32,6 +32,13 @@ DANQING_RENDER_BACKEND=gpu "$BUILD"/tests/render_test --gtest_color=no \
   --gtest_filter='RenderTest.SameSeed*:RenderTest.OddInputs*:RenderTest.EightK*:RenderTest.Concurrent*:RenderTest.Photo*' \
   2>&1 | tail -15 || rc=1
 
+echo "== one 4K inscription on the GPU: per-stage device times (events) and the host share"
+cmake --build "$BUILD" -j "$JOBS" --target danqing >/dev/null || rc=1
+for i in 1 2 3; do
+  DANQING_RENDER_BACKEND=gpu "$BUILD"/cmd/danqing/danqing render --text "朝辞白帝彩云间，千里江陵一日还。两岸猿声啼不住，轻舟已过万重山。" \
+    --title 早发白帝城 --signature 李白 --size 3840x2160 --seed "$i" -o /tmp/gpu-check-4k.png 2>&1 | tail -1 || rc=1
+done
+
 echo "== GPU benchmark (1080p, 4K; 1/4/16 concurrent; GPU vs CPU)"
 "$BUILD"/bench/render_gpu_bench --renders 16 || rc=1
 

@@ -29,6 +29,7 @@ struct Row {
   double passes_ms;    // of which the heavy passes (RenderStats::passes_ms)
   double per_second;   // throughput
   int on_backend;      // renders the wanted backend ran
+  double stage_ms[4];  // means of RenderStats background, strokes, diffusion, compose
 };
 
 Row Run(const Renderer& r, int w, int h, int concurrency, int total) {
@@ -36,6 +37,7 @@ Row Run(const Renderer& r, int w, int h, int concurrency, int total) {
                                     "李白", "甲辰春"};
   std::atomic<int> next{0}, on{0};
   std::atomic<long long> sum_us{0}, passes_us{0};
+  std::atomic<long long> stage_us[4] = {0, 0, 0, 0};
   const auto t0 = Clock::now();
   std::vector<std::thread> th;
   for (int c = 0; c < concurrency; ++c) {
@@ -50,14 +52,18 @@ Row Run(const Renderer& r, int w, int h, int concurrency, int total) {
         auto img = r.Render(text, o, &st);
         sum_us += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - a).count();
         passes_us += static_cast<long long>(st.passes_ms * 1000.0);
+        const double stages[4] = {st.background_ms, st.strokes_ms, st.diffusion_ms, st.compose_ms};
+        for (int k = 0; k < 4; ++k) stage_us[k] += static_cast<long long>(stages[k] * 1000.0);
         if (img.ok() && st.backend == r.backend()) ++on;
       }
     });
   }
   for (auto& t : th) t.join();
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  return {static_cast<double>(sum_us.load()) / 1000.0 / total, static_cast<double>(passes_us.load()) / 1000.0 / total,
-          total / wall, on.load()};
+  Row row{static_cast<double>(sum_us.load()) / 1000.0 / total, static_cast<double>(passes_us.load()) / 1000.0 / total,
+          total / wall, on.load(), {}};
+  for (int k = 0; k < 4; ++k) row.stage_ms[k] = static_cast<double>(stage_us[k].load()) / 1000.0 / total;
+  return row;
 }
 
 }  // namespace
@@ -103,6 +109,12 @@ int main(int argc, char** argv) {
         std::printf("%-5s %-6s %5d %7d %10.1f %10.1f %8.1f %10.2f %d/%d%s\n", name.c_str(), label, conc, n,
                     row.mean_ms, row.passes_ms, row.mean_ms - row.passes_ms, row.per_second, row.on_backend, n,
                     name == "cpu" && static_cast<unsigned>(conc) > cores ? " (more renders than cores)" : "");
+        if (conc == 1) {
+          // On the GPU the stages are CUDA event times on the render's stream
+          // (compose includes the RGB download); strokes includes brush planning.
+          std::printf("      stages (ms): background %.2f, strokes %.2f, diffusion %.2f, compose %.2f\n",
+                      row.stage_ms[0], row.stage_ms[1], row.stage_ms[2], row.stage_ms[3]);
+        }
       }
     }
   }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Packs the GPU checks of the CUDA render backend (issue 11) into .gpu/ for a
+# GPU machine that has a driver but none of the project's build dependencies
+# (the device tool's H200: no package registry there). Builds the three test
+# and bench binaries here with CUDA (build/default, sm_90 + PTX, static
+# cudart), strips them, and copies the shared libraries they load from this
+# Debian 12 machine (glibc itself excepted), the stroke data and the UKai font.
+#   here:  scripts/gpu-bundle.sh
+#   there: scripts/gpu-run.sh .gpu        (the device tool: carry [".gpu"])
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build/default}
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+if ! grep -q '^DANQING_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+  echo "gpu-bundle: $BUILD is not configured with DANQING_CUDA=ON (is nvcc at /usr/local/cuda?)" >&2
+  exit 1
+fi
+cmake --build "$BUILD" --target render_backend_test render_test render_gpu_bench danqing_strokes
+
+OUTDIR=.gpu
+rm -rf "$OUTDIR"
+mkdir -p "$OUTDIR"/{bin,lib,data,font}
+for b in tests/render_backend_test tests/render_test bench/render_gpu_bench; do
+  strip --strip-debug -o "$OUTDIR/bin/$(basename "$b")" "$BUILD/$b"
+done
+# Every shared library the binaries load, except the C library's own parts
+# (the target's glibc must be as new as this machine's, 2.36).
+for b in "$OUTDIR"/bin/*; do
+  ldd "$b" | awk '$3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*) ;;
+    *) cp -L "$lib" "$OUTDIR/lib/" ;;
+  esac
+done
+cp "$BUILD/data/strokes.bin" "$BUILD/data/ARPHICPL.TXT" "$OUTDIR/data/"
+FONT=/usr/share/fonts/truetype/arphic/ukai.ttc
+if [ -f "$FONT" ]; then
+  cp "$FONT" "$OUTDIR/font/"
+  cp /usr/share/doc/fonts-arphic-ukai/copyright "$OUTDIR/font/COPYRIGHT" 2>/dev/null || true
+fi
+# The bundle must load nothing from this machine beyond glibc.
+for b in "$OUTDIR"/bin/*; do
+  if LD_LIBRARY_PATH="$OUTDIR/lib" ldd "$b" | grep -v -E "$OUTDIR/lib/|libc\.so|libm\.so|ld-linux|linux-vdso" | grep -q "=>"; then
+    echo "gpu-bundle: $b loads a library outside the bundle:" >&2
+    LD_LIBRARY_PATH="$OUTDIR/lib" ldd "$b" >&2
+    exit 1
+  fi
+done
+du -sh "$OUTDIR" "$OUTDIR"/*
+echo "gpu-bundle: done; on the GPU machine: scripts/gpu-run.sh $OUTDIR"

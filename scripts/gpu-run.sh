@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The GPU checks of the CUDA render backend (issue 11), on a machine with an
+# NVIDIA GPU and driver: parity with the CPU, the renderer's tests on the GPU
+# backend, compute-sanitizer's memcheck, and render_gpu_bench. Needs only the
+# binaries, not a toolchain.
+#
+# Usage: scripts/gpu-run.sh DIR
+#   DIR is a build tree (scripts/gpu-check.sh: build/gpu) or a bundle made by
+#   scripts/gpu-bundle.sh (.gpu: bin/, lib/, data/, font/), for a machine
+#   without the project's build dependencies. Logs also go to $OUT when set.
+# Exit status: 0 when every check passed and the parity test really ran.
+set -uo pipefail
+DIR=${1:?usage: scripts/gpu-run.sh DIR}
+LOG=${OUT:-/tmp}/gpu-run
+mkdir -p "$LOG"
+
+find_bin() {  # a binary by name: DIR/bin, DIR/tests, DIR/bench, DIR
+  local d
+  for d in "$DIR/bin" "$DIR/tests" "$DIR/bench" "$DIR"; do
+    if [ -x "$d/$1" ]; then echo "$d/$1"; return 0; fi
+  done
+  echo "gpu-run: $1 not found under $DIR" >&2
+  return 1
+}
+
+if [ -d "$DIR/lib" ]; then export LD_LIBRARY_PATH="$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+if [ -f "$DIR/data/strokes.bin" ]; then export DANQING_DATA_DIR="$DIR/data"; fi
+FONT=/usr/share/fonts/truetype/arphic/ukai.ttc
+if [ ! -f "$FONT" ] && [ -f "$DIR/font/ukai.ttc" ]; then
+  mkdir -p "$(dirname "$FONT")" && cp "$DIR/font/ukai.ttc" "$FONT" || echo "gpu-run: could not install the font; font tests skip"
+fi
+
+BACKEND_TEST=$(find_bin render_backend_test) || exit 2
+RENDER_TEST=$(find_bin render_test) || exit 2
+BENCH=$(find_bin render_gpu_bench) || exit 2
+
+rc=0
+step() { echo; echo "== $*"; }
+
+step "nvidia-smi"
+nvidia-smi || echo "nvidia-smi failed (no driver?)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current --format=csv || true
+
+step "backend and parity tests (GpuParityTest must RUN, not skip)"
+"$BACKEND_TEST" --gtest_color=no 2>&1 | tee "$LOG/render_backend_test.log" || rc=1
+if grep -q "SKIPPED.*GpuParityTest\|GpuParityTest.*SKIPPED" "$LOG/render_backend_test.log" ||
+   ! grep -q "OK \] GpuParityTest.GpuMatchesCpuWithin40dB" "$LOG/render_backend_test.log"; then
+  echo "FAIL: GpuParityTest did not run and pass: no usable GPU?"
+  rc=1
+fi
+
+step "renderer tests on the GPU backend (DANQING_RENDER_BACKEND=gpu)"
+DANQING_RENDER_BACKEND=gpu "$RENDER_TEST" --gtest_color=no \
+  --gtest_filter='RenderTest.SameSeed*:RenderTest.OddInputs*:RenderTest.EightK*:RenderTest.Concurrent*:RenderTest.Photo*' \
+  2>&1 | tee "$LOG/render_test_gpu.log" | tail -15 || rc=1
+
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$SANITIZER" ]; then
+  step "compute-sanitizer memcheck: concurrent renders under a budget, odd canvas sizes"
+  timeout 240 "$SANITIZER" --tool memcheck --error-exitcode 9 --print-limit 20 \
+    "$BACKEND_TEST" --gtest_color=no --gtest_filter='GpuParityTest.BudgetLimitsAndConcurrentRenders' \
+    2>&1 | tee "$LOG/memcheck_backend.log" | tail -8 || rc=1
+  DANQING_RENDER_BACKEND=gpu timeout 240 "$SANITIZER" --tool memcheck --error-exitcode 9 --print-limit 20 \
+    "$RENDER_TEST" --gtest_color=no --gtest_filter='RenderTest.OddInputs*:RenderTest.SameSeed*' \
+    2>&1 | tee "$LOG/memcheck_render.log" | tail -8 || rc=1
+else
+  echo "compute-sanitizer not found: memcheck skipped"
+fi
+
+step "GPU benchmark (1080p, 4K; 1/4/16 concurrent; GPU vs CPU)"
+"$BENCH" --renders 16 2>&1 | tee "$LOG/render_gpu_bench.log" || rc=1
+
+step "nvidia-smi after"
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv || true
+echo
+echo "gpu-run: $([ $rc -eq 0 ] && echo PASSED || echo FAILED) (logs in $LOG)"
+exit $rc

@@ -19,7 +19,7 @@ cmake --build "$BUILD" --target render_backend_test render_test render_gpu_bench
 
 OUTDIR=.gpu
 rm -rf "$OUTDIR"
-mkdir -p "$OUTDIR"/{bin,lib,data,font}
+mkdir -p "$OUTDIR"/{bin,lib,lib-cxx,data,font}
 for b in tests/render_backend_test tests/render_test bench/render_gpu_bench; do
   strip --strip-debug -o "$OUTDIR/bin/$(basename "$b")" "$BUILD/$b"
 done
@@ -30,6 +30,8 @@ for b in "$OUTDIR"/bin/*; do
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*) ;;
+    # The C++ runtime: used there only when the machine's own is older.
+    libstdc++.so.*|libgcc_s.so.*) cp -L "$lib" "$OUTDIR/lib-cxx/" ;;
     *) cp -L "$lib" "$OUTDIR/lib/" ;;
   esac
 done
@@ -41,9 +43,10 @@ if [ -f "$FONT" ]; then
 fi
 # The bundle must load nothing from this machine beyond glibc.
 for b in "$OUTDIR"/bin/*; do
-  if LD_LIBRARY_PATH="$OUTDIR/lib" ldd "$b" | grep -v -E "$OUTDIR/lib/|libc\.so|libm\.so|ld-linux|linux-vdso" | grep -q "=>"; then
+  if LD_LIBRARY_PATH="$OUTDIR/lib:$OUTDIR/lib-cxx" ldd "$b" |
+     grep -v -E "$OUTDIR/lib(-cxx)?/|libc\.so|libm\.so|ld-linux|linux-vdso" | grep -q "=>"; then
     echo "gpu-bundle: $b loads a library outside the bundle:" >&2
-    LD_LIBRARY_PATH="$OUTDIR/lib" ldd "$b" >&2
+    LD_LIBRARY_PATH="$OUTDIR/lib:$OUTDIR/lib-cxx" ldd "$b" >&2
     exit 1
   fi
 done

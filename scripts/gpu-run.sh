@@ -24,6 +24,11 @@ find_bin() {  # a binary by name: DIR/bin, DIR/tests, DIR/bench, DIR
 }
 
 if [ -d "$DIR/lib" ]; then export LD_LIBRARY_PATH="$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+# The bundle's C++ runtime only where the machine's own is too old for the binaries.
+if [ -d "$DIR/lib-cxx" ] && [ -x "$DIR/bin/render_test" ] && ldd "$DIR/bin/render_test" | grep -q "not found"; then
+  export LD_LIBRARY_PATH="$DIR/lib-cxx:$LD_LIBRARY_PATH"
+  echo "gpu-run: using the bundle's libstdc++/libgcc_s"
+fi
 if [ -f "$DIR/data/strokes.bin" ]; then export DANQING_DATA_DIR="$DIR/data"; fi
 FONT=/usr/share/fonts/truetype/arphic/ukai.ttc
 if [ ! -f "$FONT" ] && [ -f "$DIR/font/ukai.ttc" ]; then

@@ -6,6 +6,12 @@
 // round as on the CPU; exp/pow may differ by an ulp or two.
 #include <cuda_runtime.h>
 
+// Every kernel launch goes through this macro, so that the host emulation the
+// tests use (testing/cuda-host, which defines it first) runs the same kernels.
+#ifndef DQ_LAUNCH
+#define DQ_LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
@@ -17,13 +23,16 @@
 #include "render/passes_cuda.h"
 
 namespace danqing::render {
-namespace {
 
+// The device copies of the Textures (held by CudaContext::Impl, hence not in
+// the anonymous namespace).
 struct DevTex {
   const float* fibre = nullptr;
   const float* noise2 = nullptr;
   const float* noise1 = nullptr;
 };
+
+namespace {
 
 __device__ inline float Clampf(float v, float lo, float hi) { return fminf(fmaxf(v, lo), hi); }
 
@@ -408,7 +417,7 @@ class CudaPasses final : public Passes {
     }
     if (!Ok(cudaMemsetAsync(ink_, 0, Px(p.w, p.h) * 4, stream_), "clear ink")) return;
     if (!dabs.empty()) {
-      StampKernel<<<static_cast<unsigned>(dabs.size()), 128, 0, stream_>>>(dabs_, ctx_->tex, ink_, p.w, p.h);
+      DQ_LAUNCH(StampKernel, static_cast<unsigned>(dabs.size()), 128, stream_, dabs_, ctx_->tex, ink_, p.w, p.h);
       if (!Ok(cudaGetLastError(), "StampKernel")) return;
     }
     if (!Ok(cudaEventRecord(events_[2], stream_), "cudaEventRecord")) return;
@@ -422,15 +431,16 @@ class CudaPasses final : public Passes {
     int cur = 0;
     const PixelBox box = WetBounds(dabs, p.wet_scale(), p.ww, p.wh);
     if (!box.empty()) {
-      WetKernel<<<static_cast<unsigned>(dabs.size()), 128, 0, stream_>>>(dabs_, p.wet_scale(), wet_[0], p.ww, p.wh);
+      DQ_LAUNCH(WetKernel, static_cast<unsigned>(dabs.size()), 128, stream_, dabs_, p.wet_scale(), wet_[0], p.ww,
+                p.wh);
       if (!Ok(cudaGetLastError(), "WetKernel")) return;
       const int it = std::max(0, plan.diffuse_iterations);
       const int bx0 = std::max(0, box.x0 - it), bx1 = std::min(p.ww - 1, box.x1 + it);
       const int by0 = std::max(0, box.y0 - it), by1 = std::min(p.wh - 1, box.y1 + it);
       const dim3 grid = Grid2(bx1 - bx0 + 1, by1 - by0 + 1, block);
       for (int i = 0; i < it; ++i) {
-        DiffuseKernel<<<grid, block, 0, stream_>>>(wet_[cur], wet_[1 - cur], p.ww, p.wh, ctx_->tex, bx0, bx1, by0,
-                                                   by1);
+        DQ_LAUNCH(DiffuseKernel, grid, block, stream_, wet_[cur], wet_[1 - cur], p.ww, p.wh, ctx_->tex, bx0, bx1,
+                  by0, by1);
         if (!Ok(cudaGetLastError(), "DiffuseKernel")) return;
         cur = 1 - cur;
       }
@@ -438,7 +448,7 @@ class CudaPasses final : public Passes {
     if (!Ok(cudaEventRecord(events_[3], stream_), "cudaEventRecord")) return;
     // Paper blotches, then everything to RGB.
     const float bscale = static_cast<float>(p.w) / static_cast<float>(p.lw) / 220.0f;
-    BlotchKernel<<<Grid2(p.lw, p.lh, block), block, 0, stream_>>>(ctx_->tex, blotch_, p.lw, p.lh, bscale);
+    DQ_LAUNCH(BlotchKernel, Grid2(p.lw, p.lh, block), block, stream_, ctx_->tex, blotch_, p.lw, p.lh, bscale);
     if (!Ok(cudaGetLastError(), "BlotchKernel")) return;
     ComposeArgs a{};
     for (int c = 0; c < 3; ++c) {
@@ -450,8 +460,8 @@ class CudaPasses final : public Passes {
     a.fibre_dy = plan.look.fibre_dy;
     a.has_wet = 1;
     LowPlane lwash{wash_, p.lw, p.lh}, lblotch{blotch_, p.lw, p.lh}, lwet{wet_[cur], p.ww, p.wh};
-    ComposeKernel<<<Grid2(p.w, p.h, block), block, 0, stream_>>>(lwash, lblotch, lwet, ink_, a, ctx_->tex, rgb_, p.w,
-                                                                 p.h);
+    DQ_LAUNCH(ComposeKernel, Grid2(p.w, p.h, block), block, stream_, lwash, lblotch, lwet, ink_, a, ctx_->tex, rgb_,
+              p.w, p.h);
     if (!Ok(cudaGetLastError(), "ComposeKernel")) return;
     if (!Ok(cudaMemcpyAsync(rgb, rgb_, Px(p.w, p.h) * 3, cudaMemcpyDeviceToHost, stream_), "download rgb")) return;
     if (!Ok(cudaEventRecord(events_[4], stream_), "cudaEventRecord")) return;
@@ -525,8 +535,8 @@ class CudaPasses final : public Passes {
     }
     LandArgs a{static_cast<int>(lp.ridges.size()), lp.water_top, lp.water_phase, lp.sky};
     const dim3 block(32, 8);
-    LandscapeKernel<<<Grid2(pl_.lw, pl_.lh, block), block, 0, stream_>>>(ridges_, ridge_y_, a, ctx_->tex, wash_,
-                                                                         pl_.lw, pl_.lh);
+    DQ_LAUNCH(LandscapeKernel, Grid2(pl_.lw, pl_.lh, block), block, stream_, ridges_, ridge_y_, a, ctx_->tex,
+              wash_, pl_.lw, pl_.lh);
     return Ok(cudaGetLastError(), "LandscapeKernel");
   }
 

@@ -1,0 +1,423 @@
+// The host emulation of the CUDA runtime (see cuda_runtime.h).
+#include "cuda_runtime.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+thread_local uint3 blockIdx;
+thread_local uint3 threadIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+struct CUstream_st {
+  int id = 0;
+};
+struct CUevent_st {
+  std::chrono::steady_clock::time_point at{};
+  bool recorded = false;
+};
+struct CUmemPoolHandle_st {
+  uint64_t release_threshold = 0;
+};
+
+namespace {
+
+struct State {
+  std::mutex mu;
+  cudahost::Config config;
+  std::map<uintptr_t, size_t> allocations;  // base -> bytes
+  size_t in_use = 0;
+  std::map<std::string, int> calls;
+  struct Fault {
+    cudaError_t error;
+    int skip;
+  };
+  std::multimap<std::string, Fault> faults;
+  cudaError_t sticky = cudaSuccess;  // a lost context: every call returns it
+  int violations = 0;
+  std::string last_violation;
+  CUmemPoolHandle_st pool;
+};
+
+State& S() {
+  static State* s = new State;  // outlives every static that may free device memory
+  return *s;
+}
+
+thread_local cudaError_t last_error = cudaSuccess;
+
+bool Sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Counts the call, then returns the error it must fail with (a lost context,
+// or an injected fault), or cudaSuccess. Caller holds no lock.
+cudaError_t Enter(const char* api) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.calls[api];
+  if (s.sticky != cudaSuccess) return s.sticky;
+  auto range = s.faults.equal_range(api);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second.skip-- > 0) continue;
+    const cudaError_t e = it->second.error;
+    s.faults.erase(it);
+    if (Sticky(e)) s.sticky = e;
+    return e;
+  }
+  return cudaSuccess;
+}
+
+// Counts a call that runs even on a lost context (clean-up).
+void Count(const char* api) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.calls[api];
+}
+
+cudahost::Config ConfigNow() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.config;
+}
+
+cudaError_t Fail(cudaError_t e) {
+  last_error = e;
+  return e;
+}
+
+void Violation(const std::string& what) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.violations;
+  s.last_violation = what;
+  std::fprintf(stderr, "cuda-host: %s\n", what.c_str());
+}
+
+// Whether [p, p+bytes) lies inside one live device allocation.
+bool InDevice(const void* p, size_t bytes) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = s.allocations.upper_bound(a);
+  if (it == s.allocations.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+cudaError_t Allocate(void** p, size_t bytes) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (bytes == 0 || s.in_use + bytes > s.config.total_bytes) return cudaErrorMemoryAllocation;
+  void* mem = std::malloc(bytes);
+  if (mem == nullptr) return cudaErrorMemoryAllocation;
+  s.allocations[reinterpret_cast<uintptr_t>(mem)] = bytes;
+  s.in_use += bytes;
+  *p = mem;
+  return cudaSuccess;
+}
+
+cudaError_t Release(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  State& s = S();
+  std::unique_lock<std::mutex> lock(s.mu);
+  auto it = s.allocations.find(reinterpret_cast<uintptr_t>(p));
+  if (it == s.allocations.end()) {
+    lock.unlock();
+    Violation("free of a pointer that is not a live device allocation");
+    return cudaErrorInvalidValue;
+  }
+  s.in_use -= it->second;
+  s.allocations.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* api) {
+  if (cudaError_t e = Enter(api); e != cudaSuccess) return Fail(e);
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if ((dst_dev && !InDevice(dst, bytes)) || (src_dev && !InDevice(src, bytes))) {
+    Violation(std::string(api) + ": " + std::to_string(bytes) + " bytes outside a device allocation");
+    return Fail(cudaErrorInvalidValue);
+  }
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (cudaError_t e = Enter("cudaGetDeviceCount"); e != cudaSuccess) return Fail(e);
+  const int n = ConfigNow().devices;
+  *count = n;
+  return n > 0 ? cudaSuccess : Fail(cudaErrorNoDevice);
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (cudaError_t e = Enter("cudaGetDeviceProperties"); e != cudaSuccess) return Fail(e);
+  if (device < 0 || device >= ConfigNow().devices) return Fail(cudaErrorInvalidDevice);
+  std::snprintf(prop->name, sizeof prop->name, "host emulation (testing/cuda-host)");
+  prop->totalGlobalMem = ConfigNow().total_bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (cudaError_t e = Enter("cudaDeviceGetAttribute"); e != cudaSuccess) return Fail(e);
+  if (device < 0 || device >= ConfigNow().devices) return Fail(cudaErrorInvalidDevice);
+  *value = attr == cudaDevAttrMemoryPoolsSupported && ConfigNow().pools ? 1 : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (cudaError_t e = Enter("cudaSetDevice"); e != cudaSuccess) return Fail(e);
+  return device >= 0 && device < ConfigNow().devices ? cudaSuccess : Fail(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (cudaError_t e = Enter("cudaMemGetInfo"); e != cudaSuccess) return Fail(e);
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  *total_bytes = s.config.total_bytes;
+  *free_bytes = s.config.total_bytes - s.in_use;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  cudaError_t sticky;
+  {
+    std::lock_guard<std::mutex> lock(S().mu);
+    sticky = S().sticky;  // a lost context stays lost
+  }
+  if (sticky != cudaSuccess) return sticky;
+  const cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorECCUncorrectable: return "cudaErrorECCUncorrectable";
+    case cudaErrorDevicesUnavailable: return "cudaErrorDevicesUnavailable";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  return e == cudaSuccess ? "no error" : "injected or detected by the host emulation";
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (cudaError_t e = Enter("cudaMalloc"); e != cudaSuccess) return Fail(e);
+  cudaError_t e = Allocate(p, bytes);
+  return e == cudaSuccess ? e : Fail(e);
+}
+
+cudaError_t cudaFree(void* p) {
+  if (cudaError_t e = Enter("cudaFree"); e != cudaSuccess) return Fail(e);
+  cudaError_t e = Release(p);
+  return e == cudaSuccess ? e : Fail(e);
+}
+
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
+  if (cudaError_t e = Enter("cudaMallocAsync"); e != cudaSuccess) return Fail(e);
+  if (stream == nullptr) return Fail(cudaErrorInvalidValue);
+  cudaError_t e = Allocate(p, bytes);
+  return e == cudaSuccess ? e : Fail(e);
+}
+
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
+  if (cudaError_t e = Enter("cudaFreeAsync"); e != cudaSuccess) return Fail(e);
+  if (stream == nullptr) return Fail(cudaErrorInvalidValue);
+  cudaError_t e = Release(p);
+  return e == cudaSuccess ? e : Fail(e);
+}
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (cudaError_t e = Enter("cudaDeviceGetDefaultMemPool"); e != cudaSuccess) return Fail(e);
+  if (device < 0 || device >= ConfigNow().devices) return Fail(cudaErrorInvalidDevice);
+  *pool = &S().pool;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  if (cudaError_t e = Enter("cudaMemPoolSetAttribute"); e != cudaSuccess) return Fail(e);
+  if (pool == nullptr || attr != cudaMemPoolAttrReleaseThreshold) return Fail(cudaErrorInvalidValue);
+  std::memcpy(&pool->release_threshold, value, sizeof(uint64_t));
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  return Copy(dst, src, bytes, kind, "cudaMemcpy");
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (stream == nullptr) return Fail(cudaErrorInvalidValue);
+  return Copy(dst, src, bytes, kind, "cudaMemcpyAsync");
+}
+
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+  if (cudaError_t e = Enter("cudaMemsetAsync"); e != cudaSuccess) return Fail(e);
+  if (stream == nullptr) return Fail(cudaErrorInvalidValue);
+  if (!InDevice(p, bytes)) {
+    Violation("cudaMemsetAsync: " + std::to_string(bytes) + " bytes outside a device allocation");
+    return Fail(cudaErrorInvalidValue);
+  }
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  if (cudaError_t e = Enter("cudaStreamCreate"); e != cudaSuccess) return Fail(e);
+  *stream = new CUstream_st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (cudaError_t e = Enter("cudaStreamSynchronize"); e != cudaSuccess) return Fail(e);
+  return stream != nullptr ? cudaSuccess : Fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  Count("cudaStreamDestroy");  // runs even on a lost context, as clean-up does
+  delete stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (cudaError_t e = Enter("cudaEventCreate"); e != cudaSuccess) return Fail(e);
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (cudaError_t e = Enter("cudaEventRecord"); e != cudaSuccess) return Fail(e);
+  if (event == nullptr || stream == nullptr) return Fail(cudaErrorInvalidValue);
+  event->at = std::chrono::steady_clock::now();
+  event->recorded = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (cudaError_t e = Enter("cudaEventElapsedTime"); e != cudaSuccess) return Fail(e);
+  if (start == nullptr || end == nullptr || !start->recorded || !end->recorded) return Fail(cudaErrorInvalidValue);
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  Count("cudaEventDestroy");
+  delete event;
+  return cudaSuccess;
+}
+
+namespace cudahost {
+
+void Reset(const Config& config) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.config = config;
+  s.calls.clear();
+  s.faults.clear();
+  s.sticky = cudaSuccess;
+  s.violations = 0;
+  s.last_violation.clear();
+  last_error = cudaSuccess;
+}
+
+void FailCall(const std::string& api, cudaError_t error, int skip) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.faults.emplace(api, State::Fault{error, skip});
+}
+
+int Calls(const std::string& api) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.calls.find(api);
+  return it == s.calls.end() ? 0 : it->second;
+}
+
+size_t BytesInUse() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.in_use;
+}
+
+void ReleaseAll() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const auto& [base, bytes] : s.allocations) std::free(reinterpret_cast<void*>(base));
+  s.allocations.clear();
+  s.in_use = 0;
+}
+
+int Violations() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.violations;
+}
+
+std::string LastViolation() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.last_violation;
+}
+
+void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, const std::function<void()>& body) {
+  if (cudaError_t e = Enter("launch"); e != cudaSuccess) {
+    Fail(e);
+    return;
+  }
+  if (stream == nullptr || grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
+      block.z == 0 || static_cast<uint64_t>(block.x) * block.y * block.z > 1024) {
+    Violation("launch with an empty grid or block, or more than 1024 threads per block");
+    Fail(cudaErrorInvalidConfiguration);
+    return;
+  }
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned bz = 0; bz < grid.z; ++bz) {
+    for (unsigned by = 0; by < grid.y; ++by) {
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        blockIdx = uint3{bx, by, bz};
+        for (unsigned tz = 0; tz < block.z; ++tz) {
+          for (unsigned ty = 0; ty < block.y; ++ty) {
+            for (unsigned tx = 0; tx < block.x; ++tx) {
+              threadIdx = uint3{tx, ty, tz};
+              body();
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace cudahost

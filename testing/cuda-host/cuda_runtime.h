@@ -1,0 +1,169 @@
+// A host emulation of the small part of the CUDA runtime that the render
+// backend (src/render/passes_cuda.cu) uses, so that its kernels and its host
+// code run, unchanged, on a machine without a GPU: in the tests, under the
+// sanitizers, and in CI. Put this directory first on the include path of a
+// C++ translation unit that includes passes_cuda.cu; it then finds this file
+// as <cuda_runtime.h>.
+//
+// What it is: device memory is host memory; a "launch" runs every block and
+// every thread of the grid one after another on the calling thread; streams
+// and copies are synchronous; events read the host clock. What it checks:
+// copies and memsets must stay inside one live device allocation, frees must
+// name one, grids must not be empty (else the call fails with
+// cudaErrorInvalidValue / cudaErrorInvalidConfiguration, and the violation is
+// counted). What it can inject: the next call of a given API fails with a
+// given error; an error that loses the context (cudaErrorIllegalAddress, ...)
+// is sticky, as on a device: every later call returns it.
+//
+// It says nothing about speed, real concurrency or the GPU's float rounding:
+// the real parity and timings come from scripts/gpu-run.sh on a GPU.
+#pragma once
+
+#include <math.h>  // fminf, floorf, expf, ... in the global namespace, as the device has them
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#define __global__
+#define __device__
+#define __host__
+
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+
+// The launch coordinates of the thread the emulation is running now.
+extern thread_local uint3 blockIdx;
+extern thread_local uint3 threadIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInitializationError = 3,
+  cudaErrorCudartUnloading = 4,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorNoDevice = 100,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorECCUncorrectable = 214,
+  cudaErrorDeviceUninitialized = 201,
+  cudaErrorContextIsDestroyed = 709,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchTimeout = 702,
+  cudaErrorAssert = 710,
+  cudaErrorHardwareStackError = 714,
+  cudaErrorIllegalInstruction = 715,
+  cudaErrorMisalignedAddress = 716,
+  cudaErrorInvalidAddressSpace = 717,
+  cudaErrorInvalidPc = 718,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorDevicesUnavailable = 46,
+  cudaErrorMpsClientTerminated = 809,
+  cudaErrorTensorMemoryLeak = 721,
+  cudaErrorUnknown = 999,
+};
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+};
+enum cudaDeviceAttr { cudaDevAttrMemoryPoolsSupported = 115 };
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+constexpr unsigned cudaStreamNonBlocking = 1;
+
+struct CUstream_st;
+struct CUevent_st;
+struct CUmemPoolHandle_st;
+using cudaStream_t = CUstream_st*;
+using cudaEvent_t = CUevent_st*;
+using cudaMemPool_t = CUmemPoolHandle_st*;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+};
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaGetLastError();
+const char* cudaGetErrorName(cudaError_t e);
+const char* cudaGetErrorString(cudaError_t e);
+
+cudaError_t cudaMalloc(void** p, size_t bytes);
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream);
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+
+// Device-side helpers the kernels use.
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline int __float_as_int(float f) {
+  int i;
+  std::memcpy(&i, &f, sizeof i);
+  return i;
+}
+// Threads run one at a time, so a plain read-modify-write is atomic here.
+inline int atomicMax(int* p, int v) {
+  const int old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+
+namespace cudahost {
+
+struct Config {
+  int devices = 1;                     // cudaGetDeviceCount
+  size_t total_bytes = size_t{8} << 30;  // cudaMemGetInfo total; free = total - in use
+  bool pools = true;                   // cudaDevAttrMemoryPoolsSupported
+};
+// Starts afresh: no allocations expected to be live, faults and counters cleared.
+void Reset(const Config& config = {});
+// The (skip+1)-th next call of `api` (a runtime function's name, or "launch")
+// returns `error` instead of doing its work.
+void FailCall(const std::string& api, cudaError_t error, int skip = 0);
+int Calls(const std::string& api);   // calls of `api` since Reset
+size_t BytesInUse();                 // device bytes allocated and not freed
+// Frees every live allocation: what a lost context leaves behind (its frees
+// fail, as on a device, where the driver reclaims the memory at exit).
+void ReleaseAll();
+int Violations();                    // out-of-bounds copies, bad frees, empty grids
+std::string LastViolation();
+
+// Runs body() once per thread of the grid, with the coordinates set.
+void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, const std::function<void()>& body);
+
+}  // namespace cudahost
+
+// passes_cuda.cu launches its kernels through this macro (its default is the
+// <<<...>>> syntax, which only nvcc parses).
+#define DQ_LAUNCH(kernel, grid, block, stream, ...) \
+  ::cudahost::LaunchGrid((grid), (block), (stream), [&] { kernel(__VA_ARGS__); })

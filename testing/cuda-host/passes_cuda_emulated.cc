@@ -1,0 +1,37 @@
+// passes_cuda.cu itself, compiled as C++ against the host emulation of the
+// CUDA runtime. Its two external names are renamed here so that it can share
+// a binary with danqing_render, which links the real backend (or its stub).
+#define CudaContext EmuCudaContext
+#define ProbeCuda EmuProbeCuda
+#include "render/passes_cuda.cu"
+#undef CudaContext
+#undef ProbeCuda
+
+#include "testing/cuda-host/emulated_cuda.h"
+
+namespace danqing::render {
+
+struct EmulatedCuda::Impl {
+  Textures tex;
+  std::unique_ptr<EmuCudaContext> ctx;
+};
+
+EmulatedCuda::EmulatedCuda(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EmulatedCuda::~EmulatedCuda() = default;
+
+Result<std::unique_ptr<EmulatedCuda>> EmulatedCuda::Create(size_t budget_bytes) {
+  auto impl = std::make_unique<Impl>();
+  impl->tex = Textures::Build();
+  auto ctx = EmuCudaContext::Create(impl->tex, budget_bytes);
+  if (!ctx.ok()) return ctx.status();
+  impl->ctx = std::move(ctx).value();
+  return std::unique_ptr<EmulatedCuda>(new EmulatedCuda(std::move(impl)));
+}
+
+Result<std::unique_ptr<Passes>> EmulatedCuda::MakePasses(int w, int h, size_t dabs) {
+  return impl_->ctx->MakePasses(w, h, dabs);
+}
+size_t EmulatedCuda::budget_bytes() const { return impl_->ctx->budget_bytes(); }
+size_t EmulatedCuda::in_use_bytes() const { return impl_->ctx->in_use_bytes(); }
+
+}  // namespace danqing::render

@@ -1,0 +1,294 @@
+// The CUDA render backend's own code (src/render/passes_cuda.cu: its kernels,
+// Run, the memory pool, the error paths) on the host emulation of the CUDA
+// runtime (testing/cuda-host). The emulation runs each kernel thread by thread
+// on the CPU and checks every copy against the device allocations, so these
+// tests catch indexing, sizing and sequencing mistakes and check the fallback
+// and lost-context logic without a GPU. They say nothing about the GPU's float
+// rounding or speed: GpuParityTest and render_gpu_bench do, on a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "render/backend.h"
+#include "render/passes.h"
+#include "render/renderer.h"
+#include "testing/cuda-host/emulated_cuda.h"
+
+namespace danqing::render {
+namespace {
+
+const char* const kPoems[] = {
+    "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
+    "千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。",
+};
+
+Inscription Poem(int i) { return {kPoems[i % 2], "登高", "王之涣", "甲辰春"}; }
+
+RenderOptions Opts(uint64_t seed, Background bg, int w, int h, Style style = Style::kCao) {
+  RenderOptions o;
+  o.width = w;
+  o.height = h;
+  o.seed = seed;
+  o.background = bg;
+  o.style = style;
+  return o;
+}
+
+image::Image Photo() {
+  image::Image photo;  // a gradient with a dark disc: tones and edges for the photo wash
+  photo.width = 160;
+  photo.height = 120;
+  photo.rgb.resize(160 * 120 * 3);
+  for (int y = 0; y < 120; ++y) {
+    for (int x = 0; x < 160; ++x) {
+      const bool disc = (x - 100) * (x - 100) + (y - 50) * (y - 50) < 25 * 25;
+      std::fill_n(photo.row(y) + x * 3, 3, static_cast<uint8_t>(disc ? 30 : 60 + (x * 180) / 160));
+    }
+  }
+  return photo;
+}
+
+class EmulatedCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cudahost::Reset();
+    RendererConfig cc;
+    cc.backend = "cpu";
+    auto c = Renderer::Create(cc);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cpu_ = std::move(c).value();
+  }
+  void TearDown() override {
+    gpu_.reset();
+    device_.reset();
+    EXPECT_EQ(cudahost::Violations(), 0) << cudahost::LastViolation();
+    EXPECT_EQ(cudahost::BytesInUse(), 0u) << "device memory left allocated";
+  }
+
+  // A Renderer whose heavy passes run on the emulated CUDA backend.
+  void MakeGpu(size_t budget = 0) {
+    auto d = EmulatedCuda::Create(budget);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    device_ = std::move(d).value();
+    RendererConfig gc;
+    EmulatedCuda* dev = device_.get();
+    gc.accelerator = [dev](int w, int h, size_t dabs) { return dev->MakePasses(w, h, dabs); };
+    auto g = Renderer::Create(gc);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    gpu_ = std::move(g).value();
+  }
+
+  image::Image Cpu(const Inscription& text, const RenderOptions& o) {
+    auto img = cpu_->Render(text, o);
+    EXPECT_TRUE(img.ok()) << img.status().ToString();
+    return img.ok() ? *img : image::Image{};
+  }
+
+  std::unique_ptr<Renderer> cpu_, gpu_;
+  std::unique_ptr<EmulatedCuda> device_;
+};
+
+// The same host compiler and the same math: the kernels must give exactly the
+// CPU reference's bytes, for every background, odd and tiny canvas sizes.
+TEST_F(EmulatedCudaTest, KernelsMatchTheCpuByteForByte) {
+  MakeGpu();
+  const image::Image photo = Photo();
+  int compared = 0;
+  for (auto [w, h] : {std::pair{480, 270}, std::pair{333, 217}, std::pair{64, 64}, std::pair{97, 65}}) {
+    for (Background bg : {Background::kLandscape, Background::kPaper, Background::kPhoto}) {
+      for (uint64_t seed : {3u, 2024u}) {
+        RenderOptions o = Opts(seed, bg, w, h, seed == 3u ? Style::kCao : Style::kXing);
+        if (bg == Background::kPhoto) o.photo = &photo;
+        RenderStats st;
+        auto g = gpu_->Render(Poem(static_cast<int>(seed)), o, &st);
+        ASSERT_TRUE(g.ok()) << g.status().ToString();
+        EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
+        EXPECT_TRUE(st.gpu_error.empty()) << st.gpu_error;
+        const image::Image c = Cpu(Poem(static_cast<int>(seed)), o);
+        ASSERT_EQ(g->rgb.size(), c.rgb.size());
+        size_t differ = 0;
+        for (size_t i = 0; i < c.rgb.size(); ++i) differ += g->rgb[i] != c.rgb[i] ? 1 : 0;
+        EXPECT_EQ(differ, 0u) << w << "x" << h << " bg " << static_cast<int>(bg) << " seed " << seed;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 24);
+  // Full HD: larger characters, so the wet ink diffuses over several steps.
+  const RenderOptions o = Opts(11, Background::kLandscape, 1920, 1080, Style::kXing);
+  RenderStats st;
+  auto g = gpu_->Render(Poem(0), o, &st);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
+  EXPECT_TRUE(g->rgb == Cpu(Poem(0), o).rgb) << "1920x1080 differs";
+  EXPECT_GT(cudahost::Calls("launch"), 24 * 5) << "every render ran its kernels";
+}
+
+// Detail's ink plane comes back from the device and equals the CPU's.
+TEST_F(EmulatedCudaTest, InkPlaneComesBackForDetail) {
+  MakeGpu();
+  const RenderOptions o = Opts(9, Background::kLandscape, 320, 200);
+  Renderer::Detail gd, cd;
+  RenderStats st;
+  ASSERT_TRUE(gpu_->RenderDetailed(Poem(1), o, &st, &gd).ok());
+  ASSERT_TRUE(cpu_->RenderDetailed(Poem(1), o, nullptr, &cd).ok());
+  EXPECT_EQ(st.backend, "cuda");
+  ASSERT_EQ(gd.ink.size(), 320u * 200u);
+  EXPECT_EQ(gd.ink, cd.ink);
+}
+
+// Planes come from the stream-ordered pool and go back to it; cudaFree (which
+// waits for the whole device) is only the fallback where pools are missing.
+TEST_F(EmulatedCudaTest, PlanesUseTheMemoryPoolWhenThereIsOne) {
+  MakeGpu();
+  RenderStats st;
+  ASSERT_TRUE(gpu_->Render(Poem(0), Opts(1, Background::kPaper, 200, 120), &st).ok());
+  EXPECT_EQ(st.backend, "cuda");
+  EXPECT_EQ(cudahost::Calls("cudaMallocAsync"), 9);
+  EXPECT_EQ(cudahost::Calls("cudaFreeAsync"), 9);
+  EXPECT_EQ(cudahost::Calls("cudaFree"), 0);
+  EXPECT_GT(st.passes_ms, 0.0);
+
+  gpu_.reset();
+  device_.reset();
+  cudahost::Config no_pools;
+  no_pools.pools = false;
+  cudahost::Reset(no_pools);
+  MakeGpu();
+  ASSERT_TRUE(gpu_->Render(Poem(0), Opts(1, Background::kPaper, 200, 120), &st).ok());
+  EXPECT_EQ(st.backend, "cuda");
+  EXPECT_EQ(cudahost::Calls("cudaMallocAsync"), 0);
+  EXPECT_EQ(cudahost::Calls("cudaMalloc"), 9 + 1);  // the planes and the textures
+  EXPECT_EQ(cudahost::Calls("cudaFree"), 9);
+}
+
+// Out of device memory while setting up a render: that render runs on the
+// CPU, and the error does not linger to fail the thread's next render.
+TEST_F(EmulatedCudaTest, AllocationFailureFallsBackOnceThenTheGpuWorksAgain) {
+  MakeGpu();
+  const RenderOptions o = Opts(5, Background::kLandscape, 240, 160);
+  cudahost::FailCall("cudaMallocAsync", cudaErrorMemoryAllocation, 3);
+  RenderStats st;
+  auto img = gpu_->Render(Poem(0), o, &st);
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(st.backend, "cpu");
+  EXPECT_NE(st.gpu_error.find("RESOURCE_EXHAUSTED"), std::string::npos) << st.gpu_error;
+  EXPECT_NE(st.gpu_error.find("cudaErrorMemoryAllocation"), std::string::npos) << st.gpu_error;
+  EXPECT_EQ(img->rgb, Cpu(Poem(0), o).rgb);
+  EXPECT_EQ(cudahost::BytesInUse(), DeviceTextureBytes()) << "the planes already taken were given back";
+  EXPECT_EQ(device_->in_use_bytes(), 0u) << "the budget reservation was returned";
+
+  ASSERT_TRUE(gpu_->Render(Poem(0), o, &st).ok());
+  EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
+}
+
+// A transient error in the middle of a render (the copy back fails): the CPU
+// redoes the render, and the next one is on the GPU again.
+TEST_F(EmulatedCudaTest, CopyFailureMidRenderFallsBack) {
+  MakeGpu();
+  const RenderOptions o = Opts(6, Background::kPaper, 240, 160);
+  cudahost::FailCall("cudaMemcpyAsync", cudaErrorDevicesUnavailable, 1);  // after the dab upload
+  RenderStats st;
+  auto img = gpu_->Render(Poem(1), o, &st);
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(st.backend, "cpu");
+  EXPECT_NE(st.gpu_error.find("cudaErrorDevicesUnavailable"), std::string::npos) << st.gpu_error;
+  EXPECT_EQ(img->rgb, Cpu(Poem(1), o).rgb) << "nothing of the failed render is left in the image";
+  ASSERT_TRUE(gpu_->Render(Poem(1), o, &st).ok());
+  EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
+}
+
+// A kernel that faults loses the context for good (as on a device): that
+// render and every later one run on the CPU, and later ones do not even try
+// the device.
+TEST_F(EmulatedCudaTest, ALostContextSendsEveryLaterRenderToTheCpu) {
+  MakeGpu();
+  const RenderOptions o = Opts(7, Background::kLandscape, 240, 160);
+  cudahost::FailCall("launch", cudaErrorIllegalAddress, 1);
+  RenderStats st;
+  auto img = gpu_->Render(Poem(0), o, &st);
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(st.backend, "cpu");
+  EXPECT_NE(st.gpu_error.find("cudaErrorIllegalAddress"), std::string::npos) << st.gpu_error;
+  EXPECT_EQ(img->rgb, Cpu(Poem(0), o).rgb);
+
+  const int allocations = cudahost::Calls("cudaMallocAsync");
+  img = gpu_->Render(Poem(1), o, &st);
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(st.backend, "cpu");
+  EXPECT_NE(st.gpu_error.find("unusable since"), std::string::npos) << st.gpu_error;
+  EXPECT_NE(st.gpu_error.find("cudaErrorIllegalAddress"), std::string::npos) << st.gpu_error;
+  EXPECT_EQ(cudahost::Calls("cudaMallocAsync"), allocations) << "a lost context is not tried again";
+  EXPECT_EQ(img->rgb, Cpu(Poem(1), o).rgb);
+  // The device's memory is gone with its context; the emulation keeps the
+  // blocks its frees could not release, so do not count them as leaked.
+  gpu_.reset();
+  device_.reset();
+  cudahost::Reset();
+  cudahost::ReleaseAll();
+}
+
+// The budget: a render that alone exceeds it goes to the CPU without touching
+// the device; renders that fit together wait for each other, never exceed it.
+TEST_F(EmulatedCudaTest, TheBudgetBoundsWhatRendersHoldTogether) {
+  MakeGpu(DeviceBytesPerRender(200, 120, 0) / 2);
+  RenderStats st;
+  const int before = cudahost::Calls("cudaMallocAsync");
+  ASSERT_TRUE(gpu_->Render(Poem(0), Opts(2, Background::kPaper, 200, 120), &st).ok());
+  EXPECT_EQ(st.backend, "cpu");
+  EXPECT_NE(st.gpu_error.find("RESOURCE_EXHAUSTED"), std::string::npos) << st.gpu_error;
+  EXPECT_EQ(cudahost::Calls("cudaMallocAsync"), before);
+
+  gpu_.reset();
+  device_.reset();
+  const size_t budget = 2 * DeviceBytesPerRender(160, 100, 40000);
+  MakeGpu(budget);
+  std::atomic<size_t> peak{0};
+  std::atomic<bool> done{false};
+  std::thread watch([&] {
+    while (!done.load()) {
+      size_t now = device_->in_use_bytes();
+      size_t p = peak.load();
+      while (now > p && !peak.compare_exchange_weak(p, now)) {
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> th;
+  std::vector<std::string> backend(6);
+  for (int i = 0; i < 6; ++i) {
+    th.emplace_back([&, i] {
+      RenderStats s;
+      if (gpu_->Render(Poem(i), Opts(static_cast<uint64_t>(i), Background::kLandscape, 160, 100), &s).ok()) {
+        backend[static_cast<size_t>(i)] = s.backend;
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  done = true;
+  watch.join();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(backend[static_cast<size_t>(i)], "cuda") << i;
+  EXPECT_LE(peak.load(), budget);
+  EXPECT_GT(peak.load(), 0u);
+  EXPECT_EQ(device_->in_use_bytes(), 0u);
+}
+
+// No device: the context cannot be made, with the runtime's reason.
+TEST_F(EmulatedCudaTest, NoDeviceIsAClearError) {
+  cudahost::Config none;
+  none.devices = 0;
+  cudahost::Reset(none);
+  auto d = EmulatedCuda::Create(0);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(d.status().message().find("cudaSetDevice"), std::string::npos) << d.status().message();
+}
+
+}  // namespace
+}  // namespace danqing::render

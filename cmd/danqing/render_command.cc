@@ -6,13 +6,14 @@
 
 #include "commands.h"
 #include "image/image.h"
+#include "render/backend.h"
 #include "render/renderer.h"
 
 namespace {
 
 struct RenderArgs {
   std::string text, title, signature, date, photo, size = "1920x1080", style = "xing",
-      background, seal, out, strokes, font;
+      background, seal, out, strokes, font, backend;
   uint64_t seed = 0;
   bool horizontal = false;
   int threads = 1;
@@ -49,9 +50,13 @@ void Run(const RenderArgs& a) {
   } else if (opts.background == render::Background::kPhoto) {
     Fail("--background photo needs --photo FILE", 2);
   }
+  if (!a.backend.empty() && !render::ParseBackendChoice(a.backend)) {
+    Fail("--backend must be auto, cpu or gpu, got '" + a.backend + "'", 2);
+  }
   render::RendererConfig cfg;
   cfg.strokes_path = a.strokes;
   cfg.font_path = a.font;
+  cfg.backend = a.backend;
   auto r = render::Renderer::Create(cfg);
   if (!r.ok()) Fail(r.status().ToString(), 1);
   render::Inscription ins{a.text, a.title, a.signature, a.date};
@@ -90,6 +95,8 @@ void RegisterRenderCommand(CLI::App& app) {
   sub->add_option("--threads", args->threads, "worker threads (default 1)");
   sub->add_option("--strokes", args->strokes, "strokes.bin (default: DANQING_DATA_DIR, <exe>/../data, build tree)");
   sub->add_option("--font", args->font, "fallback Kai font (default ukai.ttc)");
+  sub->add_option("--backend", args->backend,
+                  "heavy passes on: auto | cpu | gpu (default $DANQING_RENDER_BACKEND, else auto)");
   sub->add_option("-o,--output", args->out, "output file (.png, .jpg)")->required();
   sub->callback([args] { Run(*args); });
 }

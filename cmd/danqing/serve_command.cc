@@ -40,6 +40,7 @@ struct ServeFlags {
   std::string cascade_dir = "/usr/share/opencv4/haarcascades";
   std::string strokes;
   std::string font;
+  std::string backend;
 };
 
 int Fail(const Status& st) {
@@ -67,7 +68,7 @@ int RunServe(const ServeFlags& f) {
   if (!perceiver.ok()) return Fail(perceiver.status());
 
   auto renderer = service::CreateInscriptionRenderer(
-      {.strokes_path = f.strokes, .font_path = f.font, .threads_per_render = 1});
+      {.strokes_path = f.strokes, .font_path = f.font, .threads_per_render = 1, .backend = f.backend});
   if (!renderer.ok()) return Fail(renderer.status());
 
   service::PipelineLimits limits;
@@ -149,6 +150,9 @@ void RegisterServeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--strokes", flags->strokes, "Stroke data file (default: the renderer's lookup)");
   cmd->add_option("--font", flags->font, "Fallback Kai font (default: the renderer's)");
+  cmd->add_option("--backend", flags->backend,
+                  "Render backend: auto, cpu or gpu (default: $DANQING_RENDER_BACKEND, else auto)")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
   cmd->callback([flags] {
     const int rc = RunServe(*flags);
     if (rc != 0) throw CLI::RuntimeError(rc);

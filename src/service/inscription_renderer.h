@@ -50,6 +50,7 @@ struct RendererSettings {
   std::string strokes_path;  // empty: the renderer's default lookup
   std::string font_path;     // empty: the renderer's default
   int threads_per_render = 1;
+  std::string backend;       // auto, cpu, gpu; empty: $DANQING_RENDER_BACKEND, else auto
 };
 
 Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(

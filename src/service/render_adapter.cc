@@ -48,6 +48,7 @@ Result<std::unique_ptr<InscriptionRenderer>> CreateInscriptionRenderer(
   render::RendererConfig config;
   config.strokes_path = settings.strokes_path;
   config.font_path = settings.font_path;
+  config.backend = settings.backend;
   auto r = render::Renderer::Create(config);
   if (!r.ok()) return r.status();
   return std::unique_ptr<InscriptionRenderer>(std::make_unique<CalligraphyRenderer>(

@@ -3,8 +3,11 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "image/image.h"
 
@@ -14,6 +17,19 @@ int RunCli(const std::string& args) {
   std::string cmd = std::string(DANQING_BIN) + " " + args + " >/dev/null 2>&1";
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// Exit status and everything the command printed (stdout and stderr).
+std::pair<int, std::string> RunCliOutput(const std::string& env, const std::string& args) {
+  std::string cmd = env + " " + std::string(DANQING_BIN) + " " + args + " 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
 }
 
 TEST(RenderCliTest, WritesPngAndJpeg) {
@@ -31,6 +47,27 @@ TEST(RenderCliTest, WritesPngAndJpeg) {
   EXPECT_EQ(j->width, 200);
   std::filesystem::remove(png);
   std::filesystem::remove(jpg);
+}
+
+TEST(RenderCliTest, BackendFlag) {
+  const std::string out = testing::TempDir() + "/cli_backend.png";
+  auto [rc, text] = RunCliOutput("", "render --text 山水 --size 200x120 --backend cpu -o " + out);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("heavy passes"), std::string::npos) << text;
+  EXPECT_NE(text.find("on cpu)"), std::string::npos) << text;
+  std::filesystem::remove(out);
+  // The flag wins over the variable.
+  std::tie(rc, text) = RunCliOutput("DANQING_RENDER_BACKEND=tpu", "render --text 山 --size 200x120 --backend cpu -o " + out);
+  EXPECT_EQ(rc, 0) << text;
+  std::filesystem::remove(out);
+  std::tie(rc, text) = RunCliOutput("", "render --text 山 --backend tpu -o " + out);
+  EXPECT_EQ(rc, 2) << text;
+  EXPECT_NE(text.find("--backend must be auto, cpu or gpu"), std::string::npos) << text;
+  // A GPU that is asked for and hidden: a clear error, no image.
+  std::tie(rc, text) = RunCliOutput("NVIDIA_VISIBLE_DEVICES=void", "render --text 山 --backend gpu -o " + out);
+  EXPECT_EQ(rc, 1) << text;
+  EXPECT_NE(text.find("render backend gpu requested but unavailable"), std::string::npos) << text;
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 TEST(RenderCliTest, BadInputExitCodes) {

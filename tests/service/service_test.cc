@@ -396,6 +396,20 @@ TEST_F(ServiceTest, PageHealthAndMetrics) {
   EXPECT_THAT(m->body, HasSubstr("danqing_renders_total{backend=\"cpu\",gpu_fallback=\"false\"} "));
 }
 
+// The service's backend setting (danqing serve --backend) reaches the renderer.
+TEST(ServiceRendererTest, BackendSetting) {
+  RendererSettings settings;
+  settings.backend = "cpu";
+  auto cpu = CreateInscriptionRenderer(settings);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ((*cpu)->Backend(), "cpu");
+  settings.backend = "tpu";
+  auto bad = CreateInscriptionRenderer(settings);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("tpu"), std::string::npos) << bad.status().message();
+}
+
 // A render the GPU could not finish: the inscription still succeeds, and both
 // its JSON and the metrics say the CPU drew it instead.
 TEST(ServiceLoadTest, GpuFallbackIsReportedAndCounted) {

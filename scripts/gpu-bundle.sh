@@ -44,7 +44,7 @@ fi
 # The bundle must load nothing from this machine beyond glibc.
 for b in "$OUTDIR"/bin/*; do
   if LD_LIBRARY_PATH="$OUTDIR/lib:$OUTDIR/lib-cxx" ldd "$b" |
-     grep -v -E "$OUTDIR/lib(-cxx)?/|libc\.so|libm\.so|ld-linux|linux-vdso" | grep -q "=>"; then
+     grep -v -E "$OUTDIR/lib(-cxx)?/|lib(c|m|pthread|dl|rt)\.so|ld-linux|linux-vdso" | grep "=>" >/dev/null; then
     echo "gpu-bundle: $b loads a library outside the bundle:" >&2
     LD_LIBRARY_PATH="$OUTDIR/lib:$OUTDIR/lib-cxx" ldd "$b" >&2
     exit 1

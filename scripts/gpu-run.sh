@@ -10,7 +10,7 @@
 #   without the project's build dependencies. Logs also go to $OUT when set.
 # Exit status: 0 when every check passed and the parity test really ran.
 set -uo pipefail
-DIR=${1:?usage: scripts/gpu-run.sh DIR}
+DIR=$(cd "${1:?usage: scripts/gpu-run.sh DIR}" && pwd) || exit 2
 LOG=${OUT:-/tmp}/gpu-run
 mkdir -p "$LOG"
 
@@ -25,8 +25,8 @@ find_bin() {  # a binary by name: DIR/bin, DIR/tests, DIR/bench, DIR
 
 if [ -d "$DIR/lib" ]; then export LD_LIBRARY_PATH="$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 # The bundle's C++ runtime only where the machine's own is too old for the binaries.
-if [ -d "$DIR/lib-cxx" ] && [ -x "$DIR/bin/render_test" ] && ldd "$DIR/bin/render_test" | grep -q "not found"; then
-  export LD_LIBRARY_PATH="$DIR/lib-cxx:$LD_LIBRARY_PATH"
+if [ -d "$DIR/lib-cxx" ] && [ -x "$DIR/bin/render_test" ] && ldd "$DIR/bin/render_test" 2>&1 | grep "not found" >/dev/null; then
+  export LD_LIBRARY_PATH="$DIR/lib-cxx${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "gpu-run: using the bundle's libstdc++/libgcc_s"
 fi
 if [ -f "$DIR/data/strokes.bin" ]; then export DANQING_DATA_DIR="$DIR/data"; fi
@@ -40,7 +40,10 @@ RENDER_TEST=$(find_bin render_test) || exit 2
 BENCH=$(find_bin render_gpu_bench) || exit 2
 
 rc=0
+notes=""
 step() { echo; echo "== $*"; }
+# A test that must have run and passed, by its gtest name, in a log.
+passed() { grep -F "[       OK ] $1 " "$2" >/dev/null; }
 
 step "nvidia-smi"
 nvidia-smi || echo "nvidia-smi failed (no driver?)"
@@ -48,16 +51,22 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current --forma
 
 step "backend and parity tests (GpuParityTest must RUN, not skip)"
 "$BACKEND_TEST" --gtest_color=no 2>&1 | tee "$LOG/render_backend_test.log" || rc=1
-if grep -q "SKIPPED.*GpuParityTest\|GpuParityTest.*SKIPPED" "$LOG/render_backend_test.log" ||
-   ! grep -q "OK \] GpuParityTest.GpuMatchesCpuWithin40dB" "$LOG/render_backend_test.log"; then
-  echo "FAIL: GpuParityTest did not run and pass: no usable GPU?"
-  rc=1
-fi
+for t in GpuParityTest.GpuMatchesCpuWithin40dB GpuParityTest.BudgetLimitsAndConcurrentRenders; do
+  if ! passed "$t" "$LOG/render_backend_test.log" || grep -F "SKIPPED ] $t" "$LOG/render_backend_test.log" >/dev/null; then
+    echo "FAIL: $t did not run and pass: no usable GPU?"
+    rc=1
+  fi
+done
 
 step "renderer tests on the GPU backend (DANQING_RENDER_BACKEND=gpu)"
 DANQING_RENDER_BACKEND=gpu "$RENDER_TEST" --gtest_color=no \
   --gtest_filter='RenderTest.SameSeed*:RenderTest.OddInputs*:RenderTest.EightK*:RenderTest.Concurrent*:RenderTest.Photo*' \
   2>&1 | tee "$LOG/render_test_gpu.log" | tail -15 || rc=1
+if grep -F "runs on the CPU" "$LOG/render_test_gpu.log" >/dev/null; then
+  echo "FAIL: renders fell back to the CPU:"
+  grep -F "runs on the CPU" "$LOG/render_test_gpu.log" | head -5
+  rc=1
+fi
 
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$SANITIZER" ]; then
@@ -70,6 +79,7 @@ if [ -n "$SANITIZER" ]; then
     2>&1 | tee "$LOG/memcheck_render.log" | tail -8 || rc=1
 else
   echo "compute-sanitizer not found: memcheck skipped"
+  notes="$notes; memcheck NOT run (no compute-sanitizer)"
 fi
 
 step "GPU benchmark (1080p, 4K; 1/4/16 concurrent; GPU vs CPU)"
@@ -78,5 +88,5 @@ step "GPU benchmark (1080p, 4K; 1/4/16 concurrent; GPU vs CPU)"
 step "nvidia-smi after"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv || true
 echo
-echo "gpu-run: $([ $rc -eq 0 ] && echo PASSED || echo FAILED) (logs in $LOG)"
+echo "gpu-run: $([ $rc -eq 0 ] && echo PASSED || echo FAILED)${notes} (logs in $LOG)"
 exit $rc

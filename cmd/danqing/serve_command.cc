@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "perceive/perceiver.h"
+#include "render/backend.h"
 #include "service/assets.h"
 #include "service/inscription_renderer.h"
 #include "service/metrics.h"
@@ -49,6 +50,9 @@ int Fail(const Status& st) {
 }
 
 int RunServe(const ServeFlags& f) {
+  if (!f.backend.empty() && !render::ParseBackendChoice(f.backend)) {
+    return Fail(InvalidArgument("--backend must be auto, cpu or gpu, got '" + f.backend + "'"));
+  }
   // Signals are taken by this thread with sigwait; block them before any
   // other thread starts so none of those receives them.
   sigset_t signals;
@@ -151,8 +155,7 @@ void RegisterServeCommand(CLI::App& app) {
   cmd->add_option("--strokes", flags->strokes, "Stroke data file (default: the renderer's lookup)");
   cmd->add_option("--font", flags->font, "Fallback Kai font (default: the renderer's)");
   cmd->add_option("--backend", flags->backend,
-                  "Render backend: auto, cpu or gpu (default: $DANQING_RENDER_BACKEND, else auto)")
-      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+                  "Render backend: auto, cpu or gpu (default: $DANQING_RENDER_BACKEND, else auto)");
   cmd->callback([flags] {
     const int rc = RunServe(*flags);
     if (rc != 0) throw CLI::RuntimeError(rc);

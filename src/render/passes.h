@@ -128,6 +128,10 @@ struct PassPlan {
   // The colours and the fibre offset; its plane pointers are ignored.
   ComposeInputs look;
 };
+// OK, or INTERNAL naming what is wrong: sizes that are not PlanesFor(w, h),
+// no dab list, not exactly one of landscape and background, a background of
+// the wrong size, more than kMaxRidges ridges. Both backends check it first.
+Status CheckPlan(const PassPlan& plan);
 
 // Wall time of each stage of Run, in milliseconds (on a device: between
 // events on its stream).
@@ -146,7 +150,7 @@ class Passes {
                    PassTimes* times) = 0;
   // The backend's name ("cpu", "cuda") and the first error a pass hit (an
   // accelerator stops at an error; the Renderer then redoes the render on the
-  // CPU). The CPU passes never fail.
+  // CPU). The CPU passes fail only on a malformed plan.
   virtual const char* name() const { return "cpu"; }
   virtual Status status() const { return Status::Ok(); }
 };
@@ -156,8 +160,10 @@ class Passes {
 class CpuPasses final : public Passes {
  public:
   explicit CpuPasses(int threads) : threads_(threads < 1 ? 1 : threads) {}
+  // A plan that fails CheckPlan writes nothing and sets status().
   void Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Plane* ink_out,
            PassTimes* times) override;
+  Status status() const override { return status_; }
 
   // Ink: max-composites every dab's bristle imprint into `ink` (full res).
   // Wet: max-composites each dab's water (a plain disk) into `wet` at
@@ -174,6 +180,7 @@ class CpuPasses final : public Passes {
 
  private:
   int threads_;
+  Status status_;
 };
 
 // Runs fn(begin, end) over [0, n) split into contiguous chunks on up to

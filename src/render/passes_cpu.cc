@@ -1,6 +1,7 @@
 // The CPU reference implementation of the heavy passes (see passes.h).
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <cmath>
 #include <cstdint>
 
@@ -291,6 +292,10 @@ void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Pla
   auto ms = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
+  if (Status s = CheckPlan(plan); !s.ok()) {
+    status_ = s;
+    return;
+  }
   const CanvasPlanes& pl = plan.planes;
   // Scratch planes are reused by the thread's next render (no page faults on
   // fresh memory); planes above 4K are released afterwards.
@@ -323,6 +328,27 @@ void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Pla
     wash = Plane{};
   }
   if (times != nullptr) *times = PassTimes{ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t3, t4)};
+}
+
+Status CheckPlan(const PassPlan& plan) {
+  const CanvasPlanes& p = plan.planes;
+  const CanvasPlanes want = PlanesFor(p.w, p.h);
+  if (p.w < 1 || p.h < 1 || p.ww != want.ww || p.wh != want.wh || p.lw != want.lw || p.lh != want.lh) {
+    return Internal("pass plan: plane sizes are not PlanesFor(" + std::to_string(p.w) + ", " + std::to_string(p.h) +
+                    ")");
+  }
+  if (plan.dabs == nullptr) return Internal("pass plan: no dab list");
+  if ((plan.landscape == nullptr) == (plan.background == nullptr)) {
+    return Internal("pass plan: needs exactly one of a landscape and a background wash");
+  }
+  if (plan.background != nullptr && (plan.background->w != p.lw || plan.background->h != p.lh ||
+                                     plan.background->v.size() != static_cast<size_t>(p.lw) * p.lh)) {
+    return Internal("pass plan: the background wash is not lw x lh");
+  }
+  if (plan.landscape != nullptr && plan.landscape->ridges.size() > static_cast<size_t>(kMaxRidges)) {
+    return Internal("pass plan: more than " + std::to_string(kMaxRidges) + " ridges");
+  }
+  return Status::Ok();
 }
 
 CanvasPlanes PlanesFor(int w, int h) {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "render/cuda_context_lost.h"
 #include "render/passes_cuda.h"
 
 namespace danqing::render {
@@ -276,32 +277,6 @@ std::string CudaMessage(cudaError_t e, const char* what) {
   return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
 }
 
-// Errors after which the CUDA context is unusable for the rest of the
-// process (driver_types.h: "the process must be terminated and relaunched"),
-// or gone: renders then go straight to the CPU.
-bool ContextLost(cudaError_t e) {
-  switch (e) {
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorAssert:
-    case cudaErrorTensorMemoryLeak:
-    case cudaErrorMpsClientTerminated:
-    case cudaErrorECCUncorrectable:
-    case cudaErrorContextIsDestroyed:
-    case cudaErrorDeviceUninitialized:
-    case cudaErrorCudartUnloading:
-      return true;
-    default:
-      return false;
-  }
-}
-
 dim3 Grid2(int w, int h, dim3 block) {
   return dim3(static_cast<unsigned>((w + static_cast<int>(block.x) - 1) / static_cast<int>(block.x)),
               static_cast<unsigned>((h + static_cast<int>(block.y) - 1) / static_cast<int>(block.y)));
@@ -388,11 +363,12 @@ class CudaPasses final : public Passes {
   void Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Plane* ink_out, PassTimes* times) override {
     if (!status_.ok()) return;
     const CanvasPlanes& p = plan.planes;
-    if (p.w != pl_.w || p.h != pl_.h || p.ww != pl_.ww || p.wh != pl_.wh || p.lw != pl_.lw || p.lh != pl_.lh ||
-        plan.dabs == nullptr || (plan.landscape == nullptr) == (plan.background == nullptr) ||
-        (plan.background != nullptr && (plan.background->w != p.lw || plan.background->h != p.lh ||
-                                        plan.background->v.size() != Px(p.lw, p.lh)))) {
-      status_ = Internal("cuda passes: the plan does not match the reserved canvas");
+    if (Status s = CheckPlan(plan); !s.ok()) {
+      status_ = s;
+      return;
+    }
+    if (p.w != pl_.w || p.h != pl_.h) {
+      status_ = Internal("cuda passes: the plan's canvas is not the one reserved");
       return;
     }
     const std::vector<Dab>& dabs = *plan.dabs;
@@ -497,7 +473,7 @@ class CudaPasses final : public Passes {
     if (status_.ok()) {
       const std::string msg = CudaMessage(e, what);
       status_ = e == cudaErrorMemoryAllocation ? ResourceExhausted(msg) : Unavailable(msg);
-      if (ContextLost(e)) ctx_->Lose(msg);
+      if (CudaContextLost(e)) ctx_->Lose(msg);
     }
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     cudaGetLastError();
@@ -511,12 +487,9 @@ class CudaPasses final : public Passes {
     return true;
   }
   // Ridge heights per column are cheap and 1-D: computed on the host as on
-  // the CPU, then the per-pixel wash on the device.
+  // the CPU, then the per-pixel wash on the device (CheckPlan bounds the
+  // ridges by the table's size).
   bool Landscape(const LandscapeParams& lp, const Textures& tex) {
-    if (lp.ridges.size() > static_cast<size_t>(kMaxRidges)) {
-      status_ = Internal("cuda landscape: more than 16 ridges");
-      return false;
-    }
     const int w = pl_.lw;
     host_ridge_y_.assign(std::max<size_t>(1, static_cast<size_t>(w) * lp.ridges.size()), 0.0f);
     for (size_t r = 0; r < lp.ridges.size(); ++r) {

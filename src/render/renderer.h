@@ -61,9 +61,11 @@ struct RenderOptions {
 
 struct RenderStats {
   double total_ms = 0, background_ms = 0, strokes_ms = 0, diffusion_ms = 0, compose_ms = 0;
-  // The heavy passes alone (Passes::Run, on whichever backend ran them); the
-  // rest of total_ms is host work no accelerator shortens (layout, stroke
-  // planning, the seal, the output buffer).
+  // The heavy passes on whichever backend ran them, from taking an
+  // accelerator (budget wait, device allocations) to the end of the passes
+  // that made the image (a CPU redo included); the rest of total_ms is host
+  // work no accelerator shortens (layout, stroke planning, the seal, the
+  // output buffer).
   double passes_ms = 0;
   int characters = 0;           // characters written (poem, title, signature, date)
   int fallback_characters = 0;  // of those, inked from the font

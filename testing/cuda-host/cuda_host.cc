@@ -1,5 +1,6 @@
 // The host emulation of the CUDA runtime (see cuda_runtime.h).
 #include "cuda_runtime.h"
+#include "render/cuda_context_lost.h"
 
 #include <chrono>
 #include <cstdio>
@@ -49,23 +50,8 @@ State& S() {
 
 thread_local cudaError_t last_error = cudaSuccess;
 
-bool Sticky(cudaError_t e) {
-  switch (e) {
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorAssert:
-    case cudaErrorECCUncorrectable:
-      return true;
-    default:
-      return false;
-  }
-}
+// As on a device: an error that loses the context is returned by every later call.
+bool Sticky(cudaError_t e) { return danqing::render::CudaContextLost(e); }
 
 // Counts the call, then returns the error it must fail with (a lost context,
 // or an injected fault), or cudaSuccess. Caller holds no lock.
@@ -74,15 +60,16 @@ cudaError_t Enter(const char* api) {
   std::lock_guard<std::mutex> lock(s.mu);
   ++s.calls[api];
   if (s.sticky != cudaSuccess) return s.sticky;
-  auto range = s.faults.equal_range(api);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (it->second.skip-- > 0) continue;
-    const cudaError_t e = it->second.error;
-    s.faults.erase(it);
-    if (Sticky(e)) s.sticky = e;
-    return e;
+  auto it = s.faults.lower_bound(api);  // the earliest fault set on this API
+  if (it == s.faults.end() || it->first != api) return cudaSuccess;
+  if (it->second.skip > 0) {
+    --it->second.skip;
+    return cudaSuccess;
   }
-  return cudaSuccess;
+  const cudaError_t e = it->second.error;
+  s.faults.erase(it);
+  if (Sticky(e)) s.sticky = e;
+  return e;
 }
 
 // Counts a call that runs even on a lost context (clean-up).
@@ -125,7 +112,11 @@ bool InDevice(const void* p, size_t bytes) {
 cudaError_t Allocate(void** p, size_t bytes) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (bytes == 0 || s.in_use + bytes > s.config.total_bytes) return cudaErrorMemoryAllocation;
+  if (bytes == 0) {  // as CUDA: success, and no memory
+    *p = nullptr;
+    return cudaSuccess;
+  }
+  if (s.in_use + bytes > s.config.total_bytes) return cudaErrorMemoryAllocation;
   void* mem = std::malloc(bytes);
   if (mem == nullptr) return cudaErrorMemoryAllocation;
   s.allocations[reinterpret_cast<uintptr_t>(mem)] = bytes;
@@ -247,14 +238,14 @@ cudaError_t cudaFree(void* p) {
 
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaMallocAsync"); e != cudaSuccess) return Fail(e);
-  if (stream == nullptr) return Fail(cudaErrorInvalidValue);
+  (void)stream;  // synchronous here; the null stream is the default stream, as in CUDA
   cudaError_t e = Allocate(p, bytes);
   return e == cudaSuccess ? e : Fail(e);
 }
 
 cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaFreeAsync"); e != cudaSuccess) return Fail(e);
-  if (stream == nullptr) return Fail(cudaErrorInvalidValue);
+  (void)stream;
   cudaError_t e = Release(p);
   return e == cudaSuccess ? e : Fail(e);
 }
@@ -269,6 +260,7 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
   if (cudaError_t e = Enter("cudaMemPoolSetAttribute"); e != cudaSuccess) return Fail(e);
   if (pool == nullptr || attr != cudaMemPoolAttrReleaseThreshold) return Fail(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(S().mu);
   std::memcpy(&pool->release_threshold, value, sizeof(uint64_t));
   return cudaSuccess;
 }
@@ -278,13 +270,13 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
-  if (stream == nullptr) return Fail(cudaErrorInvalidValue);
+  (void)stream;
   return Copy(dst, src, bytes, kind, "cudaMemcpyAsync");
 }
 
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaMemsetAsync"); e != cudaSuccess) return Fail(e);
-  if (stream == nullptr) return Fail(cudaErrorInvalidValue);
+  (void)stream;
   if (!InDevice(p, bytes)) {
     Violation("cudaMemsetAsync: " + std::to_string(bytes) + " bytes outside a device allocation");
     return Fail(cudaErrorInvalidValue);
@@ -301,7 +293,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaStreamSynchronize"); e != cudaSuccess) return Fail(e);
-  return stream != nullptr ? cudaSuccess : Fail(cudaErrorInvalidValue);
+  (void)stream;
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
@@ -318,7 +311,8 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaEventRecord"); e != cudaSuccess) return Fail(e);
-  if (event == nullptr || stream == nullptr) return Fail(cudaErrorInvalidValue);
+  (void)stream;
+  if (event == nullptr) return Fail(cudaErrorInvalidValue);
   event->at = std::chrono::steady_clock::now();
   event->recorded = true;
   return cudaSuccess;
@@ -395,9 +389,12 @@ void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, const std::function<
     Fail(e);
     return;
   }
-  if (stream == nullptr || grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
-      block.z == 0 || static_cast<uint64_t>(block.x) * block.y * block.z > 1024) {
-    Violation("launch with an empty grid or block, or more than 1024 threads per block");
+  (void)stream;
+  // CUDA's limits: grid x < 2^31, y and z <= 65535; at most 1024 threads a block, z <= 64.
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 ||
+      block.x == 0 || block.y == 0 || block.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+      static_cast<uint64_t>(block.x) * block.y * block.z > 1024) {
+    Violation("launch outside CUDA's grid and block limits");
     Fail(cudaErrorInvalidConfiguration);
     return;
   }

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 
 #define __global__
 #define __device__
@@ -68,7 +69,9 @@ enum cudaError_t {
   cudaErrorInvalidPc = 718,
   cudaErrorLaunchFailure = 719,
   cudaErrorDevicesUnavailable = 46,
-  cudaErrorMpsClientTerminated = 809,
+  cudaErrorMpsClientTerminated = 810,
+  cudaErrorContained = 226,
+  cudaErrorExternalDevice = 911,
   cudaErrorTensorMemoryLeak = 721,
   cudaErrorUnknown = 999,
 };
@@ -148,7 +151,8 @@ struct Config {
 // Starts afresh: no allocations expected to be live, faults and counters cleared.
 void Reset(const Config& config = {});
 // The (skip+1)-th next call of `api` (a runtime function's name, or "launch")
-// returns `error` instead of doing its work.
+// returns `error` instead of doing its work. Faults on one API fire in the
+// order they were set; a later one starts counting after the earlier fired.
 void FailCall(const std::string& api, cudaError_t error, int skip = 0);
 int Calls(const std::string& api);   // calls of `api` since Reset
 size_t BytesInUse();                 // device bytes allocated and not freed
@@ -164,6 +168,12 @@ void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, const std::function<
 }  // namespace cudahost
 
 // passes_cuda.cu launches its kernels through this macro (its default is the
-// <<<...>>> syntax, which only nvcc parses).
-#define DQ_LAUNCH(kernel, grid, block, stream, ...) \
-  ::cudahost::LaunchGrid((grid), (block), (stream), [&] { kernel(__VA_ARGS__); })
+// <<<...>>> syntax, which only nvcc parses). The arguments are evaluated once,
+// at the launch, as <<<...>>> does; every emulated thread gets copies.
+// Kernels that use __shared__ memory or __syncthreads() cannot run here.
+#define DQ_LAUNCH(kernel, grid, block, stream, ...)                                    \
+  do {                                                                                 \
+    const auto dq_launch_args = std::make_tuple(__VA_ARGS__);                          \
+    ::cudahost::LaunchGrid((grid), (block), (stream),                                  \
+                           [&dq_launch_args] { std::apply(kernel, dq_launch_args); }); \
+  } while (false)

@@ -158,6 +158,57 @@ TEST(BackendTest, WetBoundsHoldEveryWettedPixel) {
   EXPECT_TRUE(WetBounds({far}, 0.5f, 100, 100).empty()) << "a dab wholly off the plane wets nothing";
 }
 
+// A malformed plan is refused by both backends before any work (CheckPlan).
+TEST(BackendTest, MalformedPlansAreRefused) {
+  const Textures tex = Textures::Build();
+  std::vector<Dab> dabs(3);
+  LandscapeParams land;
+  Plane photo_wash;
+  photo_wash.Reset(PlanesFor(96, 64).lw, PlanesFor(96, 64).lh);
+  auto good = [&] {
+    PassPlan p;
+    p.planes = PlanesFor(96, 64);
+    p.dabs = &dabs;
+    p.landscape = &land;
+    return p;
+  };
+  EXPECT_TRUE(CheckPlan(good()).ok());
+  std::vector<std::pair<std::string, PassPlan>> bad;
+  PassPlan p = good();
+  p.dabs = nullptr;
+  bad.emplace_back("no dab list", p);
+  p = good();
+  p.background = &photo_wash;
+  bad.emplace_back("exactly one of", p);
+  p = good();
+  p.landscape = nullptr;
+  bad.emplace_back("exactly one of", p);
+  p = good();
+  p.planes.ww += 1;
+  bad.emplace_back("plane sizes", p);
+  Plane small;
+  small.Reset(4, 4);
+  p = good();
+  p.landscape = nullptr;
+  p.background = &small;
+  bad.emplace_back("background wash", p);
+  LandscapeParams many;
+  many.ridges.resize(kMaxRidges + 1);
+  p = good();
+  p.landscape = &many;
+  bad.emplace_back("ridges", p);
+  for (const auto& [why, plan] : bad) {
+    Status st = CheckPlan(plan);
+    EXPECT_EQ(st.code(), StatusCode::kInternal) << why;
+    EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
+    std::vector<uint8_t> rgb(96 * 64 * 3, 42);
+    CpuPasses cpu(1);
+    cpu.Run(plan, tex, rgb.data(), nullptr, nullptr);
+    EXPECT_EQ(cpu.status().code(), StatusCode::kInternal) << why;
+    EXPECT_EQ(rgb, std::vector<uint8_t>(96 * 64 * 3, 42)) << why << ": nothing written";
+  }
+}
+
 bool HaveGpu() {
   CudaProbe p = ProbeCuda();
   const char* v = std::getenv("NVIDIA_VISIBLE_DEVICES");

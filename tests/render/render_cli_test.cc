@@ -68,6 +68,10 @@ TEST(RenderCliTest, BackendFlag) {
   EXPECT_EQ(rc, 1) << text;
   EXPECT_NE(text.find("render backend gpu requested but unavailable"), std::string::npos) << text;
   EXPECT_FALSE(std::filesystem::exists(out));
+  // danqing serve takes the same names and refuses a bad one before starting.
+  std::tie(rc, text) = RunCliOutput("", "serve --port 0 --backend tpu");
+  EXPECT_EQ(rc, 2) << text;
+  EXPECT_NE(text.find("--backend must be auto, cpu or gpu"), std::string::npos) << text;
 }
 
 TEST(RenderCliTest, BadInputExitCodes) {

@@ -1,10 +1,13 @@
 // The CUDA render backend's own code (src/render/passes_cuda.cu: its kernels,
 // Run, the memory pool, the error paths) on the host emulation of the CUDA
 // runtime (testing/cuda-host). The emulation runs each kernel thread by thread
-// on the CPU and checks every copy against the device allocations, so these
-// tests catch indexing, sizing and sequencing mistakes and check the fallback
-// and lost-context logic without a GPU. They say nothing about the GPU's float
-// rounding or speed: GpuParityTest and render_gpu_bench do, on a GPU.
+// on the CPU and checks every copy and memset against the device allocations
+// (kernel loads and stores are checked only in the ASan build), so these tests
+// catch kernel logic, plane sizing and which-buffer mistakes, and check the
+// fallback and lost-context logic without a GPU. Everything runs in order, so
+// they cannot catch a missing synchronisation; nor do they say anything about
+// the GPU's float rounding or speed: GpuParityTest and render_gpu_bench do, on
+// a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -157,6 +160,8 @@ TEST_F(EmulatedCudaTest, PlanesUseTheMemoryPoolWhenThereIsOne) {
 
   gpu_.reset();
   device_.reset();
+  EXPECT_EQ(cudahost::Violations(), 0) << cudahost::LastViolation();
+  EXPECT_EQ(cudahost::BytesInUse(), 0u);
   cudahost::Config no_pools;
   no_pools.pools = false;
   cudahost::Reset(no_pools);
@@ -230,8 +235,94 @@ TEST_F(EmulatedCudaTest, ALostContextSendsEveryLaterRenderToTheCpu) {
   // blocks its frees could not release, so do not count them as leaked.
   gpu_.reset();
   device_.reset();
+  EXPECT_EQ(cudahost::Violations(), 0) << cudahost::LastViolation();
   cudahost::Reset();
   cudahost::ReleaseAll();
+}
+
+// A kernel fault that surfaces only when the stream is synchronised, as it
+// does on a device: the context is lost just the same.
+TEST_F(EmulatedCudaTest, AFaultSeenAtTheSynchronisationLosesTheContext) {
+  MakeGpu();
+  const RenderOptions o = Opts(8, Background::kPaper, 200, 120);
+  cudahost::FailCall("cudaStreamSynchronize", cudaErrorLaunchFailure);
+  RenderStats st;
+  auto img = gpu_->Render(Poem(0), o, &st);
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(st.backend, "cpu");
+  EXPECT_NE(st.gpu_error.find("cudaErrorLaunchFailure"), std::string::npos) << st.gpu_error;
+  EXPECT_EQ(img->rgb, Cpu(Poem(0), o).rgb);
+  ASSERT_TRUE(gpu_->Render(Poem(0), o, &st).ok());
+  EXPECT_NE(st.gpu_error.find("unusable since"), std::string::npos) << st.gpu_error;
+  gpu_.reset();
+  device_.reset();
+  EXPECT_EQ(cudahost::Violations(), 0) << cudahost::LastViolation();
+  cudahost::Reset();
+  cudahost::ReleaseAll();
+}
+
+// Failures in setting a render up (its stream, its timing events) send it to
+// the CPU; a failure only in reading the timings keeps the GPU's image.
+TEST_F(EmulatedCudaTest, SetUpFailuresFallBackButATimingErrorKeepsTheImage) {
+  MakeGpu();
+  const RenderOptions o = Opts(4, Background::kLandscape, 200, 120);
+  const image::Image want = Cpu(Poem(1), o);
+  for (const char* api : {"cudaStreamCreate", "cudaEventCreate"}) {
+    cudahost::FailCall(api, cudaErrorMemoryAllocation);
+    RenderStats st;
+    auto img = gpu_->Render(Poem(1), o, &st);
+    ASSERT_TRUE(img.ok()) << api;
+    EXPECT_EQ(st.backend, "cpu") << api;
+    EXPECT_NE(st.gpu_error.find("RESOURCE_EXHAUSTED"), std::string::npos) << api << ": " << st.gpu_error;
+    EXPECT_EQ(img->rgb, want.rgb) << api;
+  }
+  cudahost::FailCall("cudaEventElapsedTime", cudaErrorInvalidValue);
+  RenderStats st;
+  auto img = gpu_->Render(Poem(1), o, &st);
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
+  EXPECT_TRUE(st.gpu_error.empty()) << st.gpu_error;
+  EXPECT_EQ(img->rgb, want.rgb);
+  // And the thread's next render is not failed by that error.
+  ASSERT_TRUE(gpu_->Render(Poem(1), o, &st).ok());
+  EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
+}
+
+// The emulation itself: it must catch what it claims to catch.
+TEST(CudaHostTest, CatchesCopiesOutsideAnAllocationAndKeepsLostContextsLost) {
+  cudahost::Reset();
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, 64), cudaSuccess);
+  std::vector<uint8_t> host(128, 1);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), 64, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), 65, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(host.data(), static_cast<uint8_t*>(p) + 8, 64, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemsetAsync(static_cast<uint8_t*>(p) + 60, 0, 8, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cudahost::Violations(), 3);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "an ordinary error is cleared once read";
+  int x = 0;
+  cudahost::LaunchGrid(dim3(2, 70000), dim3(32), nullptr, [&] { ++x; });
+  EXPECT_EQ(x, 0) << "grid.y over 65535 is refused";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  cudahost::LaunchGrid(dim3(3, 2), dim3(4, 2), nullptr, [&] { ++x; });
+  EXPECT_EQ(x, 3 * 2 * 4 * 2);
+  // Faults on one API fire in order: the first after one call, the second at the next.
+  cudahost::FailCall("cudaSetDevice", cudaErrorInvalidDevice, 1);
+  cudahost::FailCall("cudaSetDevice", cudaErrorDevicesUnavailable);
+  EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(cudaSetDevice(0), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaSetDevice(0), cudaErrorDevicesUnavailable);
+  EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+  // A context-losing error is sticky.
+  cudahost::FailCall("cudaMemsetAsync", cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaMemsetAsync(p, 0, 8, nullptr), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaSetDevice(0), cudaErrorIllegalAddress);
+  cudahost::Reset();
+  cudahost::ReleaseAll();
+  EXPECT_EQ(cudahost::BytesInUse(), 0u);
 }
 
 // The budget: a render that alone exceeds it goes to the CPU without touching
@@ -247,7 +338,14 @@ TEST_F(EmulatedCudaTest, TheBudgetBoundsWhatRendersHoldTogether) {
 
   gpu_.reset();
   device_.reset();
-  const size_t budget = 2 * DeviceBytesPerRender(160, 100, 40000);
+  // Room for one render and a half: the six must take turns.
+  size_t largest = 0;
+  for (int i = 0; i < 6; ++i) {
+    RenderStats cs;
+    ASSERT_TRUE(cpu_->Render(Poem(i), Opts(static_cast<uint64_t>(i), Background::kLandscape, 480, 270), &cs).ok());
+    largest = std::max(largest, DeviceBytesPerRender(480, 270, cs.dabs));
+  }
+  const size_t budget = largest * 3 / 2;
   MakeGpu(budget);
   std::atomic<size_t> peak{0};
   std::atomic<bool> done{false};
@@ -265,7 +363,7 @@ TEST_F(EmulatedCudaTest, TheBudgetBoundsWhatRendersHoldTogether) {
   for (int i = 0; i < 6; ++i) {
     th.emplace_back([&, i] {
       RenderStats s;
-      if (gpu_->Render(Poem(i), Opts(static_cast<uint64_t>(i), Background::kLandscape, 160, 100), &s).ok()) {
+      if (gpu_->Render(Poem(i), Opts(static_cast<uint64_t>(i), Background::kLandscape, 480, 270), &s).ok()) {
         backend[static_cast<size_t>(i)] = s.backend;
       }
     });
@@ -274,7 +372,7 @@ TEST_F(EmulatedCudaTest, TheBudgetBoundsWhatRendersHoldTogether) {
   done = true;
   watch.join();
   for (int i = 0; i < 6; ++i) EXPECT_EQ(backend[static_cast<size_t>(i)], "cuda") << i;
-  EXPECT_LE(peak.load(), budget);
+  EXPECT_LE(peak.load(), budget) << "two renders never held the device at once";
   EXPECT_GT(peak.load(), 0u);
   EXPECT_EQ(device_->in_use_bytes(), 0u);
 }

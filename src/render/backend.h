@@ -41,7 +41,7 @@ BackendDecision DecideBackend(BackendChoice choice, const char* visible, const C
 // Device memory one render of w x h with `dabs` brush imprints holds on the
 // GPU (planes, RGB output, dab list; the shared textures not included):
 // ink w*h*4, wet 2*(w/2)*(h/2)*4 (ping-pong), wash and blotch 2*(w/3)*(h/3)*4,
-// RGB w*h*3, dabs*36, plus the ridge table.
+// RGB w*h*3, dabs*sizeof(Dab) (40), plus the ridge table.
 size_t DeviceBytesPerRender(int w, int h, size_t dabs);
 // The textures every render on a device shares (uploaded once).
 size_t DeviceTextureBytes();

@@ -593,6 +593,11 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(const Textures& tex, si
 
 size_t CudaContext::budget_bytes() const { return impl_->budget; }
 
+std::string CudaContext::lost_reason() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->lost;
+}
+
 size_t CudaContext::in_use_bytes() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->used;

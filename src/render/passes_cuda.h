@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "render/backend.h"
@@ -34,6 +35,9 @@ class CudaContext {
 
   size_t budget_bytes() const;
   size_t in_use_bytes() const;
+  // Empty, or the CUDA error that left the context unusable: renders then run
+  // on the CPU, and only a new process can use the GPU again.
+  std::string lost_reason() const;
   // Passes for one w x h render with `dabs` imprints. RESOURCE_EXHAUSTED when
   // one render alone exceeds the budget; UNAVAILABLE/INTERNAL on a CUDA error.
   Result<std::unique_ptr<Passes>> MakePasses(int w, int h, size_t dabs);

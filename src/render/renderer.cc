@@ -444,6 +444,8 @@ Result<std::unique_ptr<Renderer>> Renderer::Create(const RendererConfig& config)
 
 bool Renderer::HasStrokes(char32_t c) const { return strokes_->Has(c); }
 
+std::string Renderer::gpu_lost() const { return cuda_ != nullptr ? cuda_->lost_reason() : std::string(); }
+
 bool Renderer::CanRender(char32_t c) const {
   return strokes_->Has(c) || (font_ != nullptr && font_->Has(c));
 }

@@ -118,6 +118,9 @@ class Renderer {
   // The backend chosen at Create ("cpu", "cuda") and why, as logged.
   const std::string& backend() const { return backend_; }
   const std::string& backend_reason() const { return backend_reason_; }
+  // Empty, or why the GPU's CUDA context is unusable (renders then run on the
+  // CPU until the process is restarted).
+  std::string gpu_lost() const;
 
   // For tests and tools: where each written character landed and the ink
   // density plane (0..1, full resolution) before composition.

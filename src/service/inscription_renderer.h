@@ -44,6 +44,9 @@ class InscriptionRenderer {
   virtual bool CanRender(char32_t c) const = 0;
   // "cpu" or "cuda".
   virtual std::string Backend() const = 0;
+  // Empty, or why the GPU can no longer be used by this process (a lost CUDA
+  // context): the service's liveness probe then fails so the pod restarts.
+  virtual std::string GpuLost() const { return ""; }
 };
 
 struct RendererSettings {

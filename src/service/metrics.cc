@@ -116,6 +116,9 @@ std::string Metrics::Render() const {
   gauge("danqing_renders_in_flight", "Inscriptions being rendered now.", in_flight.load());
   gauge("danqing_render_workers", "Render worker threads.", workers.load());
   gauge("danqing_draining", "1 while the service drains for shutdown.", draining.load());
+  gauge("danqing_render_gpu_lost",
+        "1 when the GPU's CUDA context is lost: renders run on the CPU until the process restarts.",
+        gpu_lost.load());
   Header(&out, "danqing_render_backend_info", "The render backend in use.", "gauge");
   out += "danqing_render_backend_info{backend=\"" + backend + "\"} 1\n";
   Header(&out, "danqing_perceiver_info", "The perceiver in use.", "gauge");

@@ -61,6 +61,7 @@ struct Metrics {
   std::atomic<int64_t> in_flight{0};       // danqing_renders_in_flight
   std::atomic<int64_t> workers{0};         // danqing_render_workers
   std::atomic<int64_t> draining{0};        // danqing_draining
+  std::atomic<int64_t> gpu_lost{0};        // danqing_render_gpu_lost
   std::string backend = "cpu";             // danqing_render_backend_info{backend}
   std::string perceiver = "opencv-classic";  // danqing_perceiver_info{perceiver}
 

@@ -76,6 +76,7 @@ class Pipeline {
                                 const InscribeOptions& options) const;
 
   const PipelineLimits& limits() const { return limits_; }
+  const InscriptionRenderer& renderer() const { return *renderer_; }
 
  private:
   perceive::Perceiver* const perceiver_;

@@ -35,6 +35,7 @@ class CalligraphyRenderer final : public InscriptionRenderer {
   }
   bool CanRender(char32_t c) const override { return renderer_->CanRender(c); }
   std::string Backend() const override { return renderer_->backend(); }
+  std::string GpuLost() const override { return renderer_->gpu_lost(); }
 
  private:
   std::unique_ptr<render::Renderer> renderer_;

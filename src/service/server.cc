@@ -226,7 +226,15 @@ void Server::Routes() {
   s.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(std::string(IndexHtml()), "text/html; charset=utf-8");
   });
-  s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+  s.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    // A lost CUDA context comes back only in a new process: fail liveness so
+    // the kubelet restarts the container (renders meanwhile run on the CPU).
+    if (const std::string lost = pipeline_->renderer().GpuLost(); !lost.empty()) {
+      res.status = 503;
+      res.set_content("the GPU's CUDA context is lost (" + lost + "); restart to use the GPU again\n",
+                      "text/plain");
+      return;
+    }
     res.set_content("ok\n", "text/plain");
   });
   s.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
@@ -238,6 +246,7 @@ void Server::Routes() {
     }
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    metrics_->gpu_lost = pipeline_->renderer().GpuLost().empty() ? 0 : 1;
     res.set_content(metrics_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   s.Get(R"(/v1/inscriptions/([0-9a-f]{16}))",

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "render/passes.h"
@@ -26,6 +27,7 @@ class EmulatedCuda {
   Result<std::unique_ptr<Passes>> MakePasses(int w, int h, size_t dabs);
   size_t budget_bytes() const;
   size_t in_use_bytes() const;
+  std::string lost_reason() const;
 
   struct Impl;
 

@@ -33,5 +33,6 @@ Result<std::unique_ptr<Passes>> EmulatedCuda::MakePasses(int w, int h, size_t da
 }
 size_t EmulatedCuda::budget_bytes() const { return impl_->ctx->budget_bytes(); }
 size_t EmulatedCuda::in_use_bytes() const { return impl_->ctx->in_use_bytes(); }
+std::string EmulatedCuda::lost_reason() const { return impl_->ctx->lost_reason(); }
 
 }  // namespace danqing::render

@@ -150,6 +150,7 @@ TEST_F(EmulatedCudaTest, InkPlaneComesBackForDetail) {
 // waits for the whole device) is only the fallback where pools are missing.
 TEST_F(EmulatedCudaTest, PlanesUseTheMemoryPoolWhenThereIsOne) {
   MakeGpu();
+  EXPECT_TRUE(device_->lost_reason().empty());
   RenderStats st;
   ASSERT_TRUE(gpu_->Render(Poem(0), Opts(1, Background::kPaper, 200, 120), &st).ok());
   EXPECT_EQ(st.backend, "cuda");
@@ -223,6 +224,7 @@ TEST_F(EmulatedCudaTest, ALostContextSendsEveryLaterRenderToTheCpu) {
   EXPECT_NE(st.gpu_error.find("cudaErrorIllegalAddress"), std::string::npos) << st.gpu_error;
   EXPECT_EQ(img->rgb, Cpu(Poem(0), o).rgb);
 
+  EXPECT_NE(device_->lost_reason().find("cudaErrorIllegalAddress"), std::string::npos) << device_->lost_reason();
   const int allocations = cudahost::Calls("cudaMallocAsync");
   img = gpu_->Render(Poem(1), o, &st);
   ASSERT_TRUE(img.ok());

@@ -94,6 +94,14 @@ class GatedRenderer final : public InscriptionRenderer {
   }
   bool CanRender(char32_t c) const override { return c >= 0x4E00 && c <= 0x9FFF; }
   std::string Backend() const override { return "cpu"; }
+  std::string GpuLost() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lost_;
+  }
+  void Lose(std::string why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_ = std::move(why);
+  }
   void Release() {
     std::lock_guard<std::mutex> lock(mu_);
     open_ = true;
@@ -115,6 +123,7 @@ class GatedRenderer final : public InscriptionRenderer {
   mutable int started_ = 0;
   bool open_ = false;
   RenderOutcome outcome_{"cpu", ""};
+  std::string lost_;
 };
 
 // One service on 127.0.0.1, any free port.
@@ -394,6 +403,27 @@ TEST_F(ServiceTest, PageHealthAndMetrics) {
   EXPECT_THAT(m->body, HasSubstr("# TYPE danqing_renders_in_flight gauge"));
   EXPECT_THAT(m->body, HasSubstr("danqing_inscription_stage_seconds_count{stage=\"render\"}"));
   EXPECT_THAT(m->body, HasSubstr("danqing_renders_total{backend=\"cpu\",gpu_fallback=\"false\"} "));
+}
+
+// A lost CUDA context fails liveness (the kubelet restarts the pod, the only
+// way back to the GPU) but not readiness: renders go on, on the CPU.
+TEST(ServiceLoadTest, LostGpuFailsLivenessAndSaysWhy) {
+  GatedRenderer gate;
+  gate.Release();
+  Service svc(&gate, SmallOptions());
+  auto c = svc.Client();
+  EXPECT_EQ(c.Get("/healthz")->status, 200);
+  EXPECT_THAT(c.Get("/metrics")->body, HasSubstr("danqing_render_gpu_lost 0"));
+  gate.Lose("StampKernel: cudaErrorIllegalAddress");
+  auto h = c.Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 503);
+  EXPECT_THAT(h->body, HasSubstr("cudaErrorIllegalAddress"));
+  EXPECT_EQ(c.Get("/readyz")->status, 200);
+  EXPECT_THAT(c.Get("/metrics")->body, HasSubstr("danqing_render_gpu_lost 1"));
+  auto res = c.Post("/v1/inscriptions?width=256&height=256", Photo("chelsea.jpg"), "image/jpeg");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
 }
 
 // The service's backend setting (danqing serve --backend) reaches the renderer.

@@ -87,6 +87,17 @@ class EmulatedCudaTest : public ::testing::Test {
     gpu_ = std::move(g).value();
   }
 
+  // After a lost context: the device's memory is gone with it, and the
+  // emulation keeps the blocks its frees could not release; check for
+  // violations, then let them go so TearDown does not count them as leaked.
+  void ForgetLostDevice() {
+    gpu_.reset();
+    device_.reset();
+    EXPECT_EQ(cudahost::Violations(), 0) << cudahost::LastViolation();
+    cudahost::Reset();
+    cudahost::ReleaseAll();
+  }
+
   image::Image Cpu(const Inscription& text, const RenderOptions& o) {
     auto img = cpu_->Render(text, o);
     EXPECT_TRUE(img.ok()) << img.status().ToString();
@@ -233,13 +244,7 @@ TEST_F(EmulatedCudaTest, ALostContextSendsEveryLaterRenderToTheCpu) {
   EXPECT_NE(st.gpu_error.find("cudaErrorIllegalAddress"), std::string::npos) << st.gpu_error;
   EXPECT_EQ(cudahost::Calls("cudaMallocAsync"), allocations) << "a lost context is not tried again";
   EXPECT_EQ(img->rgb, Cpu(Poem(1), o).rgb);
-  // The device's memory is gone with its context; the emulation keeps the
-  // blocks its frees could not release, so do not count them as leaked.
-  gpu_.reset();
-  device_.reset();
-  EXPECT_EQ(cudahost::Violations(), 0) << cudahost::LastViolation();
-  cudahost::Reset();
-  cudahost::ReleaseAll();
+  ForgetLostDevice();
 }
 
 // A kernel fault that surfaces only when the stream is synchronised, as it
@@ -256,11 +261,7 @@ TEST_F(EmulatedCudaTest, AFaultSeenAtTheSynchronisationLosesTheContext) {
   EXPECT_EQ(img->rgb, Cpu(Poem(0), o).rgb);
   ASSERT_TRUE(gpu_->Render(Poem(0), o, &st).ok());
   EXPECT_NE(st.gpu_error.find("unusable since"), std::string::npos) << st.gpu_error;
-  gpu_.reset();
-  device_.reset();
-  EXPECT_EQ(cudahost::Violations(), 0) << cudahost::LastViolation();
-  cudahost::Reset();
-  cudahost::ReleaseAll();
+  ForgetLostDevice();
 }
 
 // Failures in setting a render up (its stream, its timing events) send it to

@@ -79,3 +79,10 @@ SOAK_MINUTES ?= 10
 soak: build
 	@build/$(PRESET)/bench/agent_soak --minutes $(SOAK_MINUTES)
 	@build/$(PRESET)/bench/service_soak --minutes $(SOAK_MINUTES)
+
+# The CUDA backend's GPU checks (issue 11), packed for a GPU machine that has a
+# driver but not this project's build dependencies: run `scripts/gpu-run.sh .gpu`
+# there (docs/render.md, "GPU check").
+.PHONY: gpu-bundle
+gpu-bundle: build
+	@scripts/gpu-bundle.sh

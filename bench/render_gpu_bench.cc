@@ -1,7 +1,9 @@
 // render_gpu_bench (issue 11): 1080p and 4K render time and throughput with 1,
 // 4 and 16 concurrent renders, GPU (CUDA backend) against the CPU (one thread
 // per render) on the same machine. Without a CUDA device it says so and runs
-// the CPU rows only. Usage: render_gpu_bench [--renders N] [--cpu-only]
+// the CPU rows only. --host-only: the host's share of a render alone (the heavy
+// passes skipped), the floor no accelerator goes below.
+// Usage: render_gpu_bench [--renders N] [--cpu-only | --host-only]
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "render/backend.h"
+#include "render/passes.h"
 #include "render/renderer.h"
 
 using danqing::render::Renderer;
@@ -66,20 +69,51 @@ Row Run(const Renderer& r, int w, int h, int concurrency, int total) {
   return row;
 }
 
+// A stand-in for an infinitely fast accelerator: its passes do nothing, so a
+// render's whole time is the host's share (--host-only).
+class NoPasses final : public danqing::render::Passes {
+ public:
+  void Run(const danqing::render::PassPlan&, const danqing::render::Textures&, uint8_t*, danqing::render::Plane*,
+           danqing::render::PassTimes*) override {}
+  const char* name() const override { return "none"; }
+};
+
+int HostOnly(int renders) {
+  danqing::render::RendererConfig c;
+  c.accelerator = [](int, int, size_t) -> danqing::Result<std::unique_ptr<danqing::render::Passes>> {
+    return std::unique_ptr<danqing::render::Passes>(std::make_unique<NoPasses>());
+  };
+  auto r = Renderer::Create(c);
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("host share: the heavy passes skipped (an infinitely fast accelerator), one render at a time\n");
+  std::printf("%-6s %7s %12s\n", "size", "renders", "ms/render");
+  for (auto [w, h, label] : {std::tuple{1920, 1080, "1080p"}, std::tuple{3840, 2160, "4K"}}) {
+    Run(**r, w, h, 1, 1);  // warm-up: the first renders pay page faults on fresh buffers
+    Row row = Run(**r, w, h, 1, renders);
+    std::printf("%-6s %7d %12.2f\n", label, renders, row.mean_ms);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int renders = 16;
-  bool cpu_only = false;
+  bool cpu_only = false, host_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--renders") == 0 && i + 1 < argc) renders = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--cpu-only") == 0) cpu_only = true;
+    else if (std::strcmp(argv[i], "--host-only") == 0) host_only = true;
     else {
-      std::fprintf(stderr, "usage: render_gpu_bench [--renders N] [--cpu-only]\n");
+      std::fprintf(stderr, "usage: render_gpu_bench [--renders N] [--cpu-only | --host-only]\n");
       return 2;
     }
   }
   spdlog::set_level(spdlog::level::warn);
+  if (host_only) return HostOnly(renders);
   const auto probe = danqing::render::ProbeCuda();
   const auto d = danqing::render::DecideBackend(danqing::render::BackendChoice::kAuto,
                                                 std::getenv("NVIDIA_VISIBLE_DEVICES"), probe);

@@ -84,6 +84,8 @@ fi
 
 step "GPU benchmark (1080p, 4K; 1/4/16 concurrent; GPU vs CPU)"
 "$BENCH" --renders 16 2>&1 | tee "$LOG/render_gpu_bench.log" || rc=1
+step "host share on this machine's CPU (the passes skipped): the floor of a GPU render"
+"$BENCH" --host-only --renders 40 2>&1 | tee "$LOG/render_host_share.log" || rc=1
 
 step "nvidia-smi after"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv || true

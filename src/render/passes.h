@@ -82,6 +82,9 @@ struct LandscapeParams {
   float water_phase = 0;
   float sky = 0.0f;           // faint wash at the top
 };
+// Every ridge's height (RidgeY) at the centre of each of w columns, ridge by
+// ridge: w * ridges.size() values, the table both backends' landscape reads.
+std::vector<float> RidgeTable(const LandscapeParams& p, const Textures& tex, int w);
 
 // The planes one w x h render uses: full-resolution ink, wet ink at half
 // resolution, the background wash (landscape or photo) and paper blotches at a
@@ -101,6 +104,11 @@ CanvasPlanes PlanesFor(int w, int h);
 struct PixelBox {
   int x0 = 0, y0 = 0, x1 = -1, y1 = -1;  // inclusive
   bool empty() const { return x1 < x0 || y1 < y0; }
+  // n pixels more on every side, kept inside a w x h plane.
+  PixelBox Grown(int n, int w, int h) const {
+    return PixelBox{x0 - n < 0 ? 0 : x0 - n, y0 - n < 0 ? 0 : y0 - n, x1 + n > w - 1 ? w - 1 : x1 + n,
+                    y1 + n > h - 1 ? h - 1 : y1 + n};
+  }
 };
 PixelBox WetBounds(const std::vector<Dab>& dabs, float scale, int ww, int wh);
 

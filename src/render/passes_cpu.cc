@@ -34,6 +34,23 @@ std::vector<std::vector<uint32_t>> BinDabs(const std::vector<Dab>& dabs, float s
   return bins;
 }
 
+// The water disk StampWet gives a dab on a ww x wh plane at `scale`: its
+// centre and radius there, and the pixels it may write (x1 < x0 or y1 < y0:
+// none; no water: none).
+struct WetDisk {
+  float cx, cy, r;
+  PixelBox px;
+};
+WetDisk WetExtent(const Dab& d, float scale, int ww, int wh) {
+  WetDisk w{d.x * scale, d.y * scale, std::max(0.5f, d.r * scale), PixelBox{}};
+  if (d.wet <= 0.0f) return w;
+  w.px.x0 = std::max(0, static_cast<int>(w.cx - w.r - 1));
+  w.px.x1 = std::min(ww - 1, static_cast<int>(w.cx + w.r + 1));
+  w.px.y0 = std::max(0, static_cast<int>(w.cy - w.r - 1));
+  w.px.y1 = std::min(wh - 1, static_cast<int>(w.cy + w.r + 1));
+  return w;
+}
+
 void StampOne(const Dab& d, const Textures& tex, int ya, int yb, Plane* ink) {
   float reach = d.r * 1.1f + 1.0f;
   int x0 = std::max(0, static_cast<int>(std::floor(d.x - reach)));
@@ -92,16 +109,13 @@ void CpuPasses::StampWet(const std::vector<Dab>& dabs, float scale, Plane* wet) 
       int ya = b * kBand, yb = std::min(wet->h, ya + kBand);
       for (uint32_t i : bins[static_cast<size_t>(b)]) {
         const Dab& d = dabs[i];
-        if (d.wet <= 0.0f) continue;
-        float cx = d.x * scale, cy = d.y * scale, r = std::max(0.5f, d.r * scale);
-        int x0 = std::max(0, static_cast<int>(cx - r - 1));
-        int x1 = std::min(wet->w - 1, static_cast<int>(cx + r + 1));
-        int y0 = std::max(ya, static_cast<int>(cy - r - 1));
-        int y1 = std::min(yb - 1, static_cast<int>(cy + r + 1));
+        const WetDisk disk = WetExtent(d, scale, wet->w, wet->h);
+        const float cx = disk.cx, cy = disk.cy, r = disk.r;
+        const int y0 = std::max(ya, disk.px.y0), y1 = std::min(yb - 1, disk.px.y1);
         for (int y = y0; y <= y1; ++y) {
           float* row = wet->row(y);
           float dy = static_cast<float>(y) + 0.5f - cy;
-          for (int x = x0; x <= x1; ++x) {
+          for (int x = disk.px.x0; x <= disk.px.x1; ++x) {
             float dx = static_cast<float>(x) + 0.5f - cx;
             float cov = std::clamp(r + 0.5f - std::sqrt(dx * dx + dy * dy), 0.0f, 1.0f);
             row[x] = std::max(row[x], cov * d.wet);
@@ -114,19 +128,19 @@ void CpuPasses::StampWet(const std::vector<Dab>& dabs, float scale, Plane* wet) 
 
 void CpuPasses::Diffuse(const Textures& tex, int iterations, Plane* wet) const {
   // Bounds of the wet area, grown by the spread of the iterations.
-  int bx0 = wet->w, bx1 = -1, by0 = wet->h, by1 = -1;
+  PixelBox wetted{wet->w, wet->h, -1, -1};
   for (int y = 0; y < wet->h; ++y) {
     const float* r = wet->row(y);
     for (int x = 0; x < wet->w; ++x) {
       if (r[x] > 0) {
-        bx0 = std::min(bx0, x); bx1 = std::max(bx1, x);
-        by0 = std::min(by0, y); by1 = std::max(by1, y);
+        wetted.x0 = std::min(wetted.x0, x); wetted.x1 = std::max(wetted.x1, x);
+        wetted.y0 = std::min(wetted.y0, y); wetted.y1 = std::max(wetted.y1, y);
       }
     }
   }
-  if (bx1 < 0) return;
-  bx0 = std::max(0, bx0 - iterations); bx1 = std::min(wet->w - 1, bx1 + iterations);
-  by0 = std::max(0, by0 - iterations); by1 = std::min(wet->h - 1, by1 + iterations);
+  if (wetted.empty()) return;
+  const PixelBox box = wetted.Grown(iterations, wet->w, wet->h);
+  const int bx0 = box.x0, bx1 = box.x1, by0 = box.y0, by1 = box.y1;
   // The caller thread's scratch plane; the workers get it by reference (a
   // thread_local named inside the lambda would be each worker's own).
   thread_local Plane scratch;
@@ -159,14 +173,7 @@ void CpuPasses::Diffuse(const Textures& tex, int iterations, Plane* wet) const {
 void CpuPasses::Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) const {
   const int w = wash->w, h = wash->h;
   // Ridge heights per column (cheap, 1-D), then the per-pixel washes.
-  std::vector<float> ridge_y(static_cast<size_t>(w) * p.ridges.size());
-  for (size_t r = 0; r < p.ridges.size(); ++r) {
-    const Ridge& rg = p.ridges[r];
-    for (int x = 0; x < w; ++x) {
-      float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
-      ridge_y[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = RidgeY(rg, tex, fx);
-    }
-  }
+  const std::vector<float> ridge_y = RidgeTable(p, tex, w);
   const float aspect = static_cast<float>(w) / static_cast<float>(h);
   ParallelFor(threads_, h, [&](int y0, int y1) {
     for (int y = y0; y < y1; ++y) {
@@ -365,21 +372,26 @@ CanvasPlanes PlanesFor(int w, int h) {
 PixelBox WetBounds(const std::vector<Dab>& dabs, float scale, int ww, int wh) {
   PixelBox b{ww, wh, -1, -1};
   for (const Dab& d : dabs) {
-    if (d.wet <= 0.0f) continue;
-    // The same extent StampWet gives a dab.
-    float cx = d.x * scale, cy = d.y * scale, r = std::max(0.5f, d.r * scale);
-    int x0 = std::max(0, static_cast<int>(cx - r - 1));
-    int x1 = std::min(ww - 1, static_cast<int>(cx + r + 1));
-    int y0 = std::max(0, static_cast<int>(cy - r - 1));
-    int y1 = std::min(wh - 1, static_cast<int>(cy + r + 1));
-    if (x0 > x1 || y0 > y1) continue;
-    b.x0 = std::min(b.x0, x0);
-    b.y0 = std::min(b.y0, y0);
-    b.x1 = std::max(b.x1, x1);
-    b.y1 = std::max(b.y1, y1);
+    const PixelBox px = WetExtent(d, scale, ww, wh).px;  // what StampWet may write
+    if (px.empty()) continue;
+    b.x0 = std::min(b.x0, px.x0);
+    b.y0 = std::min(b.y0, px.y0);
+    b.x1 = std::max(b.x1, px.x1);
+    b.y1 = std::max(b.y1, px.y1);
   }
   if (b.x1 < 0) return PixelBox{};
   return b;
+}
+
+std::vector<float> RidgeTable(const LandscapeParams& p, const Textures& tex, int w) {
+  std::vector<float> t(static_cast<size_t>(w) * p.ridges.size());
+  for (size_t r = 0; r < p.ridges.size(); ++r) {
+    for (int x = 0; x < w; ++x) {
+      float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
+      t[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = RidgeY(p.ridges[r], tex, fx);
+    }
+  }
+  return t;
 }
 
 float RidgeY(const Ridge& rg, const Textures& tex, float fx) {

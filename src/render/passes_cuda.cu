@@ -411,8 +411,8 @@ class CudaPasses final : public Passes {
                 p.wh);
       if (!Ok(cudaGetLastError(), "WetKernel")) return;
       const int it = std::max(0, plan.diffuse_iterations);
-      const int bx0 = std::max(0, box.x0 - it), bx1 = std::min(p.ww - 1, box.x1 + it);
-      const int by0 = std::max(0, box.y0 - it), by1 = std::min(p.wh - 1, box.y1 + it);
+      const PixelBox area = box.Grown(it, p.ww, p.wh);
+      const int bx0 = area.x0, bx1 = area.x1, by0 = area.y0, by1 = area.y1;
       const dim3 grid = Grid2(bx1 - bx0 + 1, by1 - by0 + 1, block);
       for (int i = 0; i < it; ++i) {
         DQ_LAUNCH(DiffuseKernel, grid, block, stream_, wet_[cur], wet_[1 - cur], p.ww, p.wh, ctx_->tex, bx0, bx1,
@@ -490,14 +490,7 @@ class CudaPasses final : public Passes {
   // the CPU, then the per-pixel wash on the device (CheckPlan bounds the
   // ridges by the table's size).
   bool Landscape(const LandscapeParams& lp, const Textures& tex) {
-    const int w = pl_.lw;
-    host_ridge_y_.assign(std::max<size_t>(1, static_cast<size_t>(w) * lp.ridges.size()), 0.0f);
-    for (size_t r = 0; r < lp.ridges.size(); ++r) {
-      for (int x = 0; x < w; ++x) {
-        float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
-        host_ridge_y_[r * static_cast<size_t>(w) + static_cast<size_t>(x)] = RidgeY(lp.ridges[r], tex, fx);
-      }
-    }
+    host_ridge_y_ = RidgeTable(lp, tex, pl_.lw);
     // host_ridge_y_ outlives the copies: Run synchronises the stream before it returns.
     if (!lp.ridges.empty() &&
         (!Ok(cudaMemcpyAsync(ridge_y_, host_ridge_y_.data(), host_ridge_y_.size() * 4, cudaMemcpyHostToDevice,

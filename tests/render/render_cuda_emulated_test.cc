@@ -104,6 +104,21 @@ class EmulatedCudaTest : public ::testing::Test {
     return img.ok() ? *img : image::Image{};
   }
 
+  // One render on the emulated GPU that must fall back: it succeeds, on the
+  // CPU, with `error` in its reason, and nothing of the GPU's attempt is left
+  // in the image (it equals the CPU reference's).
+  RenderStats ExpectFallback(int poem, const RenderOptions& o, const std::string& error) {
+    RenderStats st;
+    auto img = gpu_->Render(Poem(poem), o, &st);
+    EXPECT_TRUE(img.ok()) << img.status().ToString();
+    EXPECT_EQ(st.backend, "cpu");
+    EXPECT_NE(st.gpu_error.find(error), std::string::npos) << st.gpu_error;
+    if (img.ok()) {
+      EXPECT_EQ(img->rgb, Cpu(Poem(poem), o).rgb) << "the CPU redid every pass";
+    }
+    return st;
+  }
+
   std::unique_ptr<Renderer> cpu_, gpu_;
   std::unique_ptr<EmulatedCuda> device_;
 };
@@ -191,13 +206,8 @@ TEST_F(EmulatedCudaTest, AllocationFailureFallsBackOnceThenTheGpuWorksAgain) {
   MakeGpu();
   const RenderOptions o = Opts(5, Background::kLandscape, 240, 160);
   cudahost::FailCall("cudaMallocAsync", cudaErrorMemoryAllocation, 3);
-  RenderStats st;
-  auto img = gpu_->Render(Poem(0), o, &st);
-  ASSERT_TRUE(img.ok());
-  EXPECT_EQ(st.backend, "cpu");
+  RenderStats st = ExpectFallback(0, o, "cudaErrorMemoryAllocation");
   EXPECT_NE(st.gpu_error.find("RESOURCE_EXHAUSTED"), std::string::npos) << st.gpu_error;
-  EXPECT_NE(st.gpu_error.find("cudaErrorMemoryAllocation"), std::string::npos) << st.gpu_error;
-  EXPECT_EQ(img->rgb, Cpu(Poem(0), o).rgb);
   EXPECT_EQ(cudahost::BytesInUse(), DeviceTextureBytes()) << "the planes already taken were given back";
   EXPECT_EQ(device_->in_use_bytes(), 0u) << "the budget reservation was returned";
 
@@ -211,12 +221,7 @@ TEST_F(EmulatedCudaTest, CopyFailureMidRenderFallsBack) {
   MakeGpu();
   const RenderOptions o = Opts(6, Background::kPaper, 240, 160);
   cudahost::FailCall("cudaMemcpyAsync", cudaErrorDevicesUnavailable, 1);  // after the dab upload
-  RenderStats st;
-  auto img = gpu_->Render(Poem(1), o, &st);
-  ASSERT_TRUE(img.ok());
-  EXPECT_EQ(st.backend, "cpu");
-  EXPECT_NE(st.gpu_error.find("cudaErrorDevicesUnavailable"), std::string::npos) << st.gpu_error;
-  EXPECT_EQ(img->rgb, Cpu(Poem(1), o).rgb) << "nothing of the failed render is left in the image";
+  RenderStats st = ExpectFallback(1, o, "cudaErrorDevicesUnavailable");
   ASSERT_TRUE(gpu_->Render(Poem(1), o, &st).ok());
   EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
 }
@@ -228,22 +233,13 @@ TEST_F(EmulatedCudaTest, ALostContextSendsEveryLaterRenderToTheCpu) {
   MakeGpu();
   const RenderOptions o = Opts(7, Background::kLandscape, 240, 160);
   cudahost::FailCall("launch", cudaErrorIllegalAddress, 1);
-  RenderStats st;
-  auto img = gpu_->Render(Poem(0), o, &st);
-  ASSERT_TRUE(img.ok());
-  EXPECT_EQ(st.backend, "cpu");
-  EXPECT_NE(st.gpu_error.find("cudaErrorIllegalAddress"), std::string::npos) << st.gpu_error;
-  EXPECT_EQ(img->rgb, Cpu(Poem(0), o).rgb);
+  ExpectFallback(0, o, "cudaErrorIllegalAddress");
 
   EXPECT_NE(device_->lost_reason().find("cudaErrorIllegalAddress"), std::string::npos) << device_->lost_reason();
   const int allocations = cudahost::Calls("cudaMallocAsync");
-  img = gpu_->Render(Poem(1), o, &st);
-  ASSERT_TRUE(img.ok());
-  EXPECT_EQ(st.backend, "cpu");
-  EXPECT_NE(st.gpu_error.find("unusable since"), std::string::npos) << st.gpu_error;
+  RenderStats st = ExpectFallback(1, o, "unusable since");
   EXPECT_NE(st.gpu_error.find("cudaErrorIllegalAddress"), std::string::npos) << st.gpu_error;
   EXPECT_EQ(cudahost::Calls("cudaMallocAsync"), allocations) << "a lost context is not tried again";
-  EXPECT_EQ(img->rgb, Cpu(Poem(1), o).rgb);
   ForgetLostDevice();
 }
 
@@ -253,14 +249,8 @@ TEST_F(EmulatedCudaTest, AFaultSeenAtTheSynchronisationLosesTheContext) {
   MakeGpu();
   const RenderOptions o = Opts(8, Background::kPaper, 200, 120);
   cudahost::FailCall("cudaStreamSynchronize", cudaErrorLaunchFailure);
-  RenderStats st;
-  auto img = gpu_->Render(Poem(0), o, &st);
-  ASSERT_TRUE(img.ok());
-  EXPECT_EQ(st.backend, "cpu");
-  EXPECT_NE(st.gpu_error.find("cudaErrorLaunchFailure"), std::string::npos) << st.gpu_error;
-  EXPECT_EQ(img->rgb, Cpu(Poem(0), o).rgb);
-  ASSERT_TRUE(gpu_->Render(Poem(0), o, &st).ok());
-  EXPECT_NE(st.gpu_error.find("unusable since"), std::string::npos) << st.gpu_error;
+  ExpectFallback(0, o, "cudaErrorLaunchFailure");
+  ExpectFallback(0, o, "unusable since");
   ForgetLostDevice();
 }
 
@@ -271,13 +261,9 @@ TEST_F(EmulatedCudaTest, SetUpFailuresFallBackButATimingErrorKeepsTheImage) {
   const RenderOptions o = Opts(4, Background::kLandscape, 200, 120);
   const image::Image want = Cpu(Poem(1), o);
   for (const char* api : {"cudaStreamCreate", "cudaEventCreate"}) {
+    SCOPED_TRACE(api);
     cudahost::FailCall(api, cudaErrorMemoryAllocation);
-    RenderStats st;
-    auto img = gpu_->Render(Poem(1), o, &st);
-    ASSERT_TRUE(img.ok()) << api;
-    EXPECT_EQ(st.backend, "cpu") << api;
-    EXPECT_NE(st.gpu_error.find("RESOURCE_EXHAUSTED"), std::string::npos) << api << ": " << st.gpu_error;
-    EXPECT_EQ(img->rgb, want.rgb) << api;
+    ExpectFallback(1, o, "RESOURCE_EXHAUSTED");
   }
   cudahost::FailCall("cudaEventElapsedTime", cudaErrorInvalidValue);
   RenderStats st;
@@ -332,11 +318,8 @@ TEST(CudaHostTest, CatchesCopiesOutsideAnAllocationAndKeepsLostContextsLost) {
 // the device; renders that fit together wait for each other, never exceed it.
 TEST_F(EmulatedCudaTest, TheBudgetBoundsWhatRendersHoldTogether) {
   MakeGpu(DeviceBytesPerRender(200, 120, 0) / 2);
-  RenderStats st;
   const int before = cudahost::Calls("cudaMallocAsync");
-  ASSERT_TRUE(gpu_->Render(Poem(0), Opts(2, Background::kPaper, 200, 120), &st).ok());
-  EXPECT_EQ(st.backend, "cpu");
-  EXPECT_NE(st.gpu_error.find("RESOURCE_EXHAUSTED"), std::string::npos) << st.gpu_error;
+  ExpectFallback(0, Opts(2, Background::kPaper, 200, 120), "RESOURCE_EXHAUSTED");
   EXPECT_EQ(cudahost::Calls("cudaMallocAsync"), before);
 
   gpu_.reset();

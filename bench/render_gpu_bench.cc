@@ -69,12 +69,15 @@ Row Run(const Renderer& r, int w, int h, int concurrency, int total) {
   return row;
 }
 
-// A stand-in for an infinitely fast accelerator: its passes do nothing, so a
-// render's whole time is the host's share (--host-only).
+// A stand-in for an infinitely fast accelerator: its passes only write the
+// image into the host buffer, as a device's copy-out must, so a render's whole
+// time is the host's share (--host-only).
 class NoPasses final : public danqing::render::Passes {
  public:
-  void Run(const danqing::render::PassPlan&, const danqing::render::Textures&, uint8_t*, danqing::render::Plane*,
-           danqing::render::PassTimes*) override {}
+  void Run(const danqing::render::PassPlan& plan, const danqing::render::Textures&, uint8_t* rgb,
+           danqing::render::Plane*, danqing::render::PassTimes*) override {
+    std::memset(rgb, 0xee, static_cast<size_t>(plan.planes.w) * static_cast<size_t>(plan.planes.h) * 3);
+  }
   const char* name() const override { return "none"; }
 };
 

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "render/cuda_backend_ns.h"
 
 namespace danqing::render {
 
@@ -28,7 +29,9 @@ struct CudaProbe {
   std::string error;      // why there are none (cudaGetDeviceCount's error), if any
   std::string name;       // device 0's name, when there is one
 };
+inline namespace DANQING_CUDA_BACKEND_NS {
 CudaProbe ProbeCuda();  // passes_cuda.cu, or the stub without CUDA
+}  // namespace DANQING_CUDA_BACKEND_NS
 
 struct BackendDecision {
   bool gpu = false;

@@ -24,6 +24,7 @@
 #include "render/passes_cuda.h"
 
 namespace danqing::render {
+inline namespace DANQING_CUDA_BACKEND_NS {
 
 // The device copies of the Textures (held by CudaContext::Impl, hence not in
 // the anonymous namespace).
@@ -617,4 +618,5 @@ Result<std::unique_ptr<Passes>> CudaContext::MakePasses(int w, int h, size_t dab
   return std::unique_ptr<Passes>(std::move(p));
 }
 
+}  // namespace DANQING_CUDA_BACKEND_NS
 }  // namespace danqing::render

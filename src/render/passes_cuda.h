@@ -21,9 +21,11 @@
 
 #include "common/status.h"
 #include "render/backend.h"
+#include "render/cuda_backend_ns.h"
 #include "render/passes.h"
 
 namespace danqing::render {
+inline namespace DANQING_CUDA_BACKEND_NS {
 
 class CudaContext {
  public:
@@ -49,4 +51,5 @@ class CudaContext {
   std::unique_ptr<Impl> impl_;
 };
 
+}  // namespace DANQING_CUDA_BACKEND_NS
 }  // namespace danqing::render

@@ -2,6 +2,7 @@
 #include "render/passes_cuda.h"
 
 namespace danqing::render {
+inline namespace DANQING_CUDA_BACKEND_NS {
 
 struct CudaContext::Impl {};
 
@@ -19,4 +20,5 @@ Result<std::unique_ptr<Passes>> CudaContext::MakePasses(int, int, size_t) {
   return Unavailable("built without CUDA (DANQING_CUDA=OFF)");
 }
 
+}  // namespace DANQING_CUDA_BACKEND_NS
 }  // namespace danqing::render

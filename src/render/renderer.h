@@ -27,6 +27,7 @@
 
 #include "common/status.h"
 #include "image/image.h"
+#include "render/cuda_backend_ns.h"
 
 namespace danqing::render {
 
@@ -100,7 +101,9 @@ struct RendererConfig {
 class StrokeData;
 class GlyphFont;
 struct Textures;
+inline namespace DANQING_CUDA_BACKEND_DEFAULT_NS {
 class CudaContext;
+}
 
 class Renderer {
  public:

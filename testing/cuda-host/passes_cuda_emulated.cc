@@ -1,11 +1,9 @@
 // passes_cuda.cu itself, compiled as C++ against the host emulation of the
-// CUDA runtime. Its two external names are renamed here so that it can share
-// a binary with danqing_render, which links the real backend (or its stub).
-#define CudaContext EmuCudaContext
-#define ProbeCuda EmuProbeCuda
+// CUDA runtime. Its names live in their own inline namespace
+// (render/cuda_backend_ns.h), so it shares a binary with danqing_render, which
+// links the real backend (or its stub), without sharing a symbol.
+#define DANQING_CUDA_BACKEND_NS cuda_host_emulation
 #include "render/passes_cuda.cu"
-#undef CudaContext
-#undef ProbeCuda
 
 #include "testing/cuda-host/emulated_cuda.h"
 
@@ -13,7 +11,7 @@ namespace danqing::render {
 
 struct EmulatedCuda::Impl {
   Textures tex;
-  std::unique_ptr<EmuCudaContext> ctx;
+  std::unique_ptr<CudaContext> ctx;
 };
 
 EmulatedCuda::EmulatedCuda(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -22,7 +20,7 @@ EmulatedCuda::~EmulatedCuda() = default;
 Result<std::unique_ptr<EmulatedCuda>> EmulatedCuda::Create(size_t budget_bytes) {
   auto impl = std::make_unique<Impl>();
   impl->tex = Textures::Build();
-  auto ctx = EmuCudaContext::Create(impl->tex, budget_bytes);
+  auto ctx = CudaContext::Create(impl->tex, budget_bytes);
   if (!ctx.ok()) return ctx.status();
   impl->ctx = std::move(ctx).value();
   return std::unique_ptr<EmulatedCuda>(new EmulatedCuda(std::move(impl)));

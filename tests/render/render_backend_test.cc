@@ -17,14 +17,11 @@
 #include "render/passes.h"
 #include "render/passes_cuda.h"
 #include "render/renderer.h"
+#include "testing/support/render_fixtures.h"
 
 namespace danqing::render {
 namespace {
 
-const char* const kPoems[] = {
-    "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
-    "千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。",
-};
 
 CudaProbe Compiled(int devices, std::string error = "") {
   CudaProbe p;
@@ -219,17 +216,11 @@ std::string NoGpuReason() {
   return DecideBackend(BackendChoice::kAuto, std::getenv("NVIDIA_VISIBLE_DEVICES"), ProbeCuda()).reason;
 }
 
-RenderOptions Opts(uint64_t seed, Background bg = Background::kLandscape, int w = 960, int h = 540) {
-  RenderOptions o;
-  o.width = w;
-  o.height = h;
-  o.seed = seed;
-  o.background = bg;
-  o.style = Style::kCao;  // dry strokes: the bristle path
-  return o;
-}
+using testing_fixtures::Poem;
 
-Inscription Poem(int i) { return {kPoems[i % 2], "登高", "王之涣", "甲辰春"}; }
+RenderOptions Opts(uint64_t seed, Background bg = Background::kLandscape, int w = 960, int h = 540) {
+  return testing_fixtures::Opts(seed, bg, w, h);
+}
 
 TEST(RendererBackendTest, AutoWithoutADeviceRendersOnTheCpuAndSaysWhy) {
   if (HaveGpu()) GTEST_SKIP() << "a CUDA device is visible: " << NoGpuReason();
@@ -391,17 +382,7 @@ TEST(GpuParityTest, GpuMatchesCpuWithin40dB) {
   cc.backend = "cpu";
   auto c = Renderer::Create(cc);
   ASSERT_TRUE(c.ok());
-  image::Image photo;  // a gradient with a dark disc: edges and tones for the photo wash
-  photo.width = 320;
-  photo.height = 240;
-  photo.rgb.resize(320 * 240 * 3);
-  for (int y = 0; y < 240; ++y) {
-    for (int x = 0; x < 320; ++x) {
-      const bool disc = (x - 200) * (x - 200) + (y - 100) * (y - 100) < 50 * 50;
-      const auto v = static_cast<uint8_t>(disc ? 30 : 60 + (x * 180) / 320);
-      std::fill_n(photo.row(y) + x * 3, 3, v);
-    }
-  }
+  const image::Image photo = testing_fixtures::GradientDiscPhoto(320, 240);  // edges and tones for the photo wash
   for (int poem = 0; poem < 2; ++poem) {
     for (uint64_t seed : {1u, 7u, 2024u}) {
       for (Background bg : {Background::kLandscape, Background::kPaper, Background::kPhoto}) {

@@ -22,40 +22,15 @@
 #include "render/passes.h"
 #include "render/renderer.h"
 #include "testing/cuda-host/emulated_cuda.h"
+#include "testing/support/render_fixtures.h"
 
 namespace danqing::render {
 namespace {
 
-const char* const kPoems[] = {
-    "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
-    "千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。",
-};
+using testing_fixtures::Opts;
+using testing_fixtures::Poem;
 
-Inscription Poem(int i) { return {kPoems[i % 2], "登高", "王之涣", "甲辰春"}; }
-
-RenderOptions Opts(uint64_t seed, Background bg, int w, int h, Style style = Style::kCao) {
-  RenderOptions o;
-  o.width = w;
-  o.height = h;
-  o.seed = seed;
-  o.background = bg;
-  o.style = style;
-  return o;
-}
-
-image::Image Photo() {
-  image::Image photo;  // a gradient with a dark disc: tones and edges for the photo wash
-  photo.width = 160;
-  photo.height = 120;
-  photo.rgb.resize(160 * 120 * 3);
-  for (int y = 0; y < 120; ++y) {
-    for (int x = 0; x < 160; ++x) {
-      const bool disc = (x - 100) * (x - 100) + (y - 50) * (y - 50) < 25 * 25;
-      std::fill_n(photo.row(y) + x * 3, 3, static_cast<uint8_t>(disc ? 30 : 60 + (x * 180) / 160));
-    }
-  }
-  return photo;
-}
+image::Image Photo() { return testing_fixtures::GradientDiscPhoto(160, 120); }
 
 class EmulatedCudaTest : public ::testing::Test {
  protected:

@@ -1,0 +1,51 @@
+// Inputs shared by the tests that compare a render backend with the CPU
+// reference (tests/render/render_backend_test.cc on a real GPU,
+// render_cuda_emulated_test.cc on the host emulation): the two test poems,
+// render options, and a synthetic photo. Header-only: those tests link
+// neither the fake NVML nor the kubelet emulator.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "image/image.h"
+#include "render/renderer.h"
+
+namespace danqing::render::testing_fixtures {
+
+inline const char* const kPoems[] = {
+    "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
+    "千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。",
+};
+
+inline Inscription Poem(int i) { return {kPoems[i % 2], "登高", "王之涣", "甲辰春"}; }
+
+// Cao (dry strokes) by default: the bristle path.
+inline RenderOptions Opts(uint64_t seed, Background bg, int w, int h, Style style = Style::kCao) {
+  RenderOptions o;
+  o.width = w;
+  o.height = h;
+  o.seed = seed;
+  o.background = bg;
+  o.style = style;
+  return o;
+}
+
+// A grey gradient with a dark disc: tones and edges for the photo wash.
+// w x h; the disc sits at (5w/8, 5h/12) with radius 5w/32.
+inline image::Image GradientDiscPhoto(int w, int h) {
+  image::Image photo;
+  photo.width = w;
+  photo.height = h;
+  photo.rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
+  const int cx = 5 * w / 8, cy = 5 * h / 12, r = 5 * w / 32;
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r * r;
+      std::fill_n(photo.row(y) + static_cast<size_t>(x) * 3, 3, static_cast<uint8_t>(disc ? 30 : 60 + (x * 180) / w));
+    }
+  }
+  return photo;
+}
+
+}  // namespace danqing::render::testing_fixtures

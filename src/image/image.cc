@@ -165,7 +165,7 @@ Result<Image> DecodePng(std::span<const uint8_t> bytes, const Limits& limits) {
   img.height = h.height;
   const size_t w = layout.width, hh = layout.height;
   img.rgb.resize(w * hh * 3);
-  std::vector<uint8_t> rgba;
+  PixelBuffer rgba;  // every byte written by the PNG reader
   std::vector<png_bytep> rows(hh);
   if (layout.channels == 3) {
     for (size_t y = 0; y < hh; ++y) rows[y] = img.rgb.data() + y * w * 3;
@@ -320,7 +320,7 @@ Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
   Image img;
   img.width = info.width;
   img.height = info.height;
-  std::vector<uint8_t> cmyk;
+  PixelBuffer cmyk;  // every byte written by the JPEG reader
   if (info.cmyk) {
     cmyk.resize(w * hh * 4);
   } else {

@@ -2,13 +2,17 @@
 // 4 and 16 concurrent renders, GPU (CUDA backend) against the CPU (one thread
 // per render) on the same machine. Without a CUDA device it says so and runs
 // the CPU rows only. --host-only: the host's share of a render alone (the heavy
-// passes skipped), the floor no accelerator goes below.
+// passes skipped), the floor no accelerator goes below. On GPU rows, "dev MiB"
+// is the device memory pool's high-water mark of memory in use by the renders
+// of that row (their planes; read from the CUDA runtime), which sizes a MIG
+// slice or DANQING_GPU_MEMORY_MB.
 // Usage: render_gpu_bench [--renders N] [--cpu-only | --host-only]
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +26,10 @@
 #include "render/passes.h"
 #include "render/renderer.h"
 
+#ifdef DANQING_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 using danqing::render::Renderer;
 using Clock = std::chrono::steady_clock;
 
@@ -33,12 +41,60 @@ struct Row {
   double per_second;   // throughput
   int on_backend;      // renders the wanted backend ran
   double stage_ms[4];  // means of RenderStats background, strokes, diffusion, compose
+  size_t max_dabs;     // the most brush imprints of one render
 };
+
+// What the CUDA runtime says about device 0's memory. pool_peak: the default
+// memory pool's high-water mark of bytes in use since ResetPoolPeak (the
+// backend takes every plane from that pool); -1 when unknown (no CUDA, or no
+// pool support: then the backend uses cudaMalloc). device_used: total minus
+// free (this process's context, textures and pool, and any other process).
+struct DeviceMemory {
+  double pool_peak_mib = -1, device_used_mib = -1;
+};
+
+#ifdef DANQING_HAVE_CUDA
+cudaMemPool_t DefaultPool() {
+  cudaMemPool_t pool = nullptr;
+  int supported = 0;
+  if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, 0) != cudaSuccess || supported == 0 ||
+      cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return pool;
+}
+void ResetPoolPeak() {
+  if (cudaMemPool_t pool = DefaultPool()) {
+    uint64_t zero = 0;  // the high-water mark can only be reset to zero
+    if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero) != cudaSuccess) cudaGetLastError();
+  }
+}
+DeviceMemory ReadDeviceMemory() {
+  DeviceMemory m;
+  if (cudaMemPool_t pool = DefaultPool()) {
+    uint64_t peak = 0;
+    if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak) == cudaSuccess) {
+      m.pool_peak_mib = static_cast<double>(peak) / 1048576.0;
+    }
+  }
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    m.device_used_mib = static_cast<double>(total_b - free_b) / 1048576.0;
+  }
+  cudaGetLastError();
+  return m;
+}
+#else
+void ResetPoolPeak() {}
+DeviceMemory ReadDeviceMemory() { return {}; }
+#endif
 
 Row Run(const Renderer& r, int w, int h, int concurrency, int total) {
   danqing::render::Inscription text{"朝辞白帝彩云间，千里江陵一日还。两岸猿声啼不住，轻舟已过万重山。", "早发白帝城",
                                     "李白", "甲辰春"};
   std::atomic<int> next{0}, on{0};
+  std::atomic<size_t> max_dabs{0};
   std::atomic<long long> sum_us{0}, passes_us{0};
   std::atomic<long long> stage_us[4] = {0, 0, 0, 0};
   const auto t0 = Clock::now();
@@ -58,13 +114,15 @@ Row Run(const Renderer& r, int w, int h, int concurrency, int total) {
         const double stages[4] = {st.background_ms, st.strokes_ms, st.diffusion_ms, st.compose_ms};
         for (int k = 0; k < 4; ++k) stage_us[k] += static_cast<long long>(stages[k] * 1000.0);
         if (img.ok() && st.backend == r.backend()) ++on;
+        for (size_t m = max_dabs.load(); st.dabs > m && !max_dabs.compare_exchange_weak(m, st.dabs);) {
+        }
       }
     });
   }
   for (auto& t : th) t.join();
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   Row row{static_cast<double>(sum_us.load()) / 1000.0 / total, static_cast<double>(passes_us.load()) / 1000.0 / total,
-          total / wall, on.load(), {}};
+          total / wall, on.load(), {}, max_dabs.load()};
   for (int k = 0; k < 4; ++k) row.stage_ms[k] = static_cast<double>(stage_us[k].load()) / 1000.0 / total;
   return row;
 }
@@ -127,8 +185,8 @@ int main(int argc, char** argv) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   // host ms: the part of a render outside the heavy passes (layout, stroke
   // planning, the seal, the output buffer), which no accelerator shortens.
-  std::printf("%-5s %-6s %5s %7s %10s %10s %8s %10s %s\n", "back", "size", "conc", "renders", "ms/render", "passes ms",
-              "host ms", "renders/s", "on backend");
+  std::printf("%-5s %-6s %5s %7s %10s %10s %8s %10s %8s %s\n", "back", "size", "conc", "renders", "ms/render",
+              "passes ms", "host ms", "renders/s", "dev MiB", "on backend");
   for (const auto& [name, choice] : backends) {
     danqing::render::RendererConfig c;
     c.backend = choice;
@@ -142,10 +200,21 @@ int main(int argc, char** argv) {
       for (int conc : {1, 4, 16}) {
         // The CPU rows run one thread per render: more renders than cores only queue.
         const int n = std::max(renders, conc);
+        const bool gpu_row = name == "gpu";
+        if (gpu_row) ResetPoolPeak();
         Row row = Run(**r, w, h, conc, n);
-        std::printf("%-5s %-6s %5d %7d %10.1f %10.1f %8.1f %10.2f %d/%d%s\n", name.c_str(), label, conc, n,
-                    row.mean_ms, row.passes_ms, row.mean_ms - row.passes_ms, row.per_second, row.on_backend, n,
+        const DeviceMemory mem = gpu_row ? ReadDeviceMemory() : DeviceMemory{};
+        char dev[32] = "-";
+        if (mem.pool_peak_mib >= 0) std::snprintf(dev, sizeof dev, "%.1f", mem.pool_peak_mib);
+        std::printf("%-5s %-6s %5d %7d %10.1f %10.1f %8.1f %10.2f %8s %d/%d%s\n", name.c_str(), label, conc, n,
+                    row.mean_ms, row.passes_ms, row.mean_ms - row.passes_ms, row.per_second, dev, row.on_backend, n,
                     name == "cpu" && static_cast<unsigned>(conc) > cores ? " (more renders than cores)" : "");
+        if (gpu_row && conc == 1) {
+          std::printf("      device memory: one render's planes peak %s MiB in the pool, reserved per render %.1f MiB "
+                      "(DeviceBytesPerRender, %zu dabs); device in use %.0f MiB\n",
+                      dev, static_cast<double>(danqing::render::DeviceBytesPerRender(w, h, row.max_dabs)) / 1048576.0,
+                      row.max_dabs, mem.device_used_mib);
+        }
         if (conc == 1) {
           // On the GPU the stages are CUDA event times on the render's stream
           // (compose includes the RGB download); strokes includes brush planning.

@@ -64,8 +64,14 @@ cudaMemPool_t DefaultPool() {
   }
   return pool;
 }
-void ResetPoolPeak() {
+// Resets the high-water mark. trim: also hands the pool's idle memory back
+// to the device (the backend keeps up to its whole budget there between
+// renders), so that "device in use" after the row holds only that row's.
+void ResetPoolPeak(bool trim) {
   if (cudaMemPool_t pool = DefaultPool()) {
+    if (trim && (cudaDeviceSynchronize() != cudaSuccess || cudaMemPoolTrimTo(pool, 0) != cudaSuccess)) {
+      cudaGetLastError();
+    }
     uint64_t zero = 0;  // the high-water mark can only be reset to zero
     if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero) != cudaSuccess) cudaGetLastError();
   }
@@ -74,7 +80,8 @@ DeviceMemory ReadDeviceMemory() {
   DeviceMemory m;
   if (cudaMemPool_t pool = DefaultPool()) {
     uint64_t peak = 0;
-    if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak) == cudaSuccess) {
+    // 0: nothing came from the pool (the backend fell back to cudaMalloc).
+    if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak) == cudaSuccess && peak > 0) {
       m.pool_peak_mib = static_cast<double>(peak) / 1048576.0;
     }
   }
@@ -86,7 +93,7 @@ DeviceMemory ReadDeviceMemory() {
   return m;
 }
 #else
-void ResetPoolPeak() {}
+void ResetPoolPeak(bool) {}
 DeviceMemory ReadDeviceMemory() { return {}; }
 #endif
 
@@ -201,7 +208,7 @@ int main(int argc, char** argv) {
         // The CPU rows run one thread per render: more renders than cores only queue.
         const int n = std::max(renders, conc);
         const bool gpu_row = name == "gpu";
-        if (gpu_row) ResetPoolPeak();
+        if (gpu_row) ResetPoolPeak(conc == 1);
         Row row = Run(**r, w, h, conc, n);
         const DeviceMemory mem = gpu_row ? ReadDeviceMemory() : DeviceMemory{};
         char dev[32] = "-";
@@ -211,7 +218,7 @@ int main(int argc, char** argv) {
                     name == "cpu" && static_cast<unsigned>(conc) > cores ? " (more renders than cores)" : "");
         if (gpu_row && conc == 1) {
           std::printf("      device memory: one render's planes peak %s MiB in the pool, reserved per render %.1f MiB "
-                      "(DeviceBytesPerRender, %zu dabs); device in use %.0f MiB\n",
+                      "(DeviceBytesPerRender, %zu dabs); device in use after the row %.0f MiB (context, textures, pool)\n",
                       dev, static_cast<double>(danqing::render::DeviceBytesPerRender(w, h, row.max_dabs)) / 1048576.0,
                       row.max_dabs, mem.device_used_mib);
         }

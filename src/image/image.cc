@@ -130,7 +130,9 @@ bool PngReadInfo(PngReadContext* ctx, const Limits* limits, PngLayout* out) {
   out->width = png_get_image_width(png, ctx->info);
   out->height = png_get_image_height(png, ctx->info);
   out->channels = png_get_channels(png, ctx->info);
-  if (png_get_bit_depth(png, ctx->info) != 8 ||
+  // 3 or 4 channels: DecodePng writes every byte of the image from exactly
+  // these layouts (its buffers are not zeroed).
+  if (png_get_bit_depth(png, ctx->info) != 8 || (out->channels != 3 && out->channels != 4) ||
       png_get_rowbytes(png, ctx->info) != size_t(out->width) * size_t(out->channels)) {
     png_error(png, "unexpected row layout after conversion to 8-bit RGB");
   }
@@ -747,11 +749,12 @@ int ParseExifOrientation(std::span<const uint8_t> p) {
 Image ApplyOrientation(const Image& img, int orientation) {
   if (orientation < 2 || orientation > 8 || img.empty()) return img;
   const int w = img.width, h = img.height;
+  if (img.rgb.size() != size_t(w) * size_t(h) * 3) return {};  // as Resize: a malformed Image
   const bool swap = orientation >= 5;
   Image out;
   out.width = swap ? h : w;
   out.height = swap ? w : h;
-  out.rgb.resize(img.rgb.size());
+  out.rgb.resize(size_t(w) * size_t(h) * 3);
   for (int y = 0; y < out.height; ++y) {
     uint8_t* d = out.row(y);
     for (int x = 0; x < out.width; ++x, d += 3) {

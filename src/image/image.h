@@ -117,6 +117,7 @@ Image Resize(const Image& src, int width, int height);
 // (starting at "Exif\0\0"); 1 when absent or malformed.
 int ParseExifOrientation(std::span<const uint8_t> app1_payload);
 // Rotates/flips `img` so that an image stored with EXIF `orientation` is upright.
+// An empty Image when img.rgb is not width*height*3 bytes.
 Image ApplyOrientation(const Image& img, int orientation);
 
 }  // namespace danqing::image

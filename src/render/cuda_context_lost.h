@@ -5,7 +5,10 @@
 // which makes exactly these errors sticky, as a device does).
 #pragma once
 
+#include "render/cuda_backend_ns.h"
+
 namespace danqing::render {
+inline namespace DANQING_CUDA_BACKEND_NS {
 
 inline bool CudaContextLost(cudaError_t e) {
   switch (e) {
@@ -34,4 +37,5 @@ inline bool CudaContextLost(cudaError_t e) {
   }
 }
 
+}  // namespace DANQING_CUDA_BACKEND_NS
 }  // namespace danqing::render

@@ -1,9 +1,9 @@
 #include "image/image.h"
+#include "testing/support/malloc_perturb.h"
 
 // clang-format off
 #include <cstdio>
 #include <jpeglib.h>
-#include <malloc.h>
 // clang-format on
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -503,6 +503,14 @@ TEST(Exif, ApplyOrientationIgnoresInvalidValues) {
   EXPECT_EQ(back.rgb, src.rgb);
 }
 
+TEST(Exif, ApplyOrientationRefusesAMalformedImage) {
+  for (int extra : {-3, 3}) {  // a buffer too short (would be read past) or too long (tail never written)
+    Image src = Pattern(4, 3);
+    src.rgb.resize(src.rgb.size() + static_cast<size_t>(extra));
+    EXPECT_TRUE(ApplyOrientation(src, 6).empty()) << extra;
+  }
+}
+
 // ------------------------------------------------------------ bad input
 
 void ExpectInvalid(const Bytes& bytes, const std::string& fragment) {
@@ -783,19 +791,21 @@ TEST(Resize, SameSizeAndBadArguments) {
 // ------------------------------------------------------------ uninitialised buffers
 
 // Pixel buffers are not zeroed when allocated (PixelBuffer), so every decoder
-// and transform must write every byte. glibc's M_PERTURB fills each new
-// allocation with a chosen byte: the same input under two different bytes
-// must give the same image. (The sanitizers' allocators do not take mallopt:
-// skipped there, run by the default build. tests/render/render_cli_test.cc
-// does the same for renders.)
+// and transform must write every byte: the same input under two different
+// heap fill bytes (testing/support/malloc_perturb.h) must give the same
+// image. Skipped where the allocator does not fill (the sanitizers'); the
+// default build runs it. tests/render/render_cli_test.cc does the same for
+// renders.
 TEST(PixelBuffer, EveryByteWritten) {
-  if (mallopt(M_PERTURB, 0) != 1) GTEST_SKIP() << "this allocator does not take mallopt(M_PERTURB)";
+  using testing_support::SetMallocPerturb;
+  if (!SetMallocPerturb(0x11)) GTEST_SKIP() << "this allocator does not fill new allocations (mallopt M_PERTURB)";
+  SetMallocPerturb(0);
   auto same_under_two_fills = [](const std::string& what, const std::function<Result<Image>()>& make) {
     Bytes first;
     for (int fill : {0x11, 0xee}) {
-      ASSERT_EQ(mallopt(M_PERTURB, fill), 1);
+      ASSERT_TRUE(SetMallocPerturb(fill));
       Result<Image> img = make();
-      ASSERT_EQ(mallopt(M_PERTURB, 0), 1);
+      SetMallocPerturb(0);
       ASSERT_TRUE(img.ok()) << what << ": " << img.status().ToString();
       Bytes rgb(img->rgb.begin(), img->rgb.end());
       if (fill == 0x11) {

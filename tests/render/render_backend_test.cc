@@ -22,7 +22,6 @@
 namespace danqing::render {
 namespace {
 
-
 CudaProbe Compiled(int devices, std::string error = "") {
   CudaProbe p;
   p.compiled = true;

@@ -6,7 +6,9 @@
 // is the device memory pool's high-water mark of memory in use by the renders
 // of that row (their planes; read from the CUDA runtime), which sizes a MIG
 // slice or DANQING_GPU_MEMORY_MB.
-// Usage: render_gpu_bench [--renders N] [--cpu-only | --host-only]
+// --photo FILE: every render on that photo (Background::kPhoto, the service's
+// usual case) instead of the landscape.
+// Usage: render_gpu_bench [--renders N] [--photo FILE] [--cpu-only | --host-only]
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "image/image.h"
 #include "render/backend.h"
 #include "render/passes.h"
 #include "render/renderer.h"
@@ -97,6 +100,8 @@ void ResetPoolPeak(bool) {}
 DeviceMemory ReadDeviceMemory() { return {}; }
 #endif
 
+const danqing::image::Image* g_photo = nullptr;  // --photo
+
 Row Run(const Renderer& r, int w, int h, int concurrency, int total) {
   danqing::render::Inscription text{"朝辞白帝彩云间，千里江陵一日还。两岸猿声啼不住，轻舟已过万重山。", "早发白帝城",
                                     "李白", "甲辰春"};
@@ -113,6 +118,10 @@ Row Run(const Renderer& r, int w, int h, int concurrency, int total) {
         o.width = w;
         o.height = h;
         o.seed = static_cast<uint64_t>(i);
+        if (g_photo != nullptr) {
+          o.background = danqing::render::Background::kPhoto;
+          o.photo = g_photo;
+        }
         danqing::render::RenderStats st;
         const auto a = Clock::now();
         auto img = r.Render(text, o, &st);
@@ -171,14 +180,27 @@ int HostOnly(int renders) {
 int main(int argc, char** argv) {
   int renders = 16;
   bool cpu_only = false, host_only = false;
+  const char* photo_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--renders") == 0 && i + 1 < argc) renders = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--photo") == 0 && i + 1 < argc) photo_path = argv[++i];
     else if (std::strcmp(argv[i], "--cpu-only") == 0) cpu_only = true;
     else if (std::strcmp(argv[i], "--host-only") == 0) host_only = true;
     else {
-      std::fprintf(stderr, "usage: render_gpu_bench [--renders N] [--cpu-only | --host-only]\n");
+      std::fprintf(stderr, "usage: render_gpu_bench [--renders N] [--photo FILE] [--cpu-only | --host-only]\n");
       return 2;
     }
+  }
+  danqing::image::Image photo;
+  if (photo_path != nullptr) {
+    auto decoded = danqing::image::ReadFile(photo_path);
+    if (!decoded.ok()) {
+      std::fprintf(stderr, "--photo %s: %s\n", photo_path, decoded.status().ToString().c_str());
+      return 2;
+    }
+    photo = std::move(decoded).value();
+    g_photo = &photo;
+    std::printf("background: photo %s (%dx%d)\n", photo_path, photo.width, photo.height);
   }
   spdlog::set_level(spdlog::level::warn);
   if (host_only) return HostOnly(renders);

@@ -50,7 +50,11 @@ struct DefaultInitAllocator : std::allocator<T> {
     ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
 };
-using PixelBuffer = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+// A vector whose resize() and sized constructor leave elements uninitialised:
+// for buffers that are filled completely right after (pixels, float planes).
+template <typename T>
+using UninitVector = std::vector<T, DefaultInitAllocator<T>>;
+using PixelBuffer = UninitVector<uint8_t>;
 
 struct Image {
   int width = 0;
@@ -111,6 +115,9 @@ Status WriteFile(const std::string& path, const Image& img);
 // Resampled copy: area averaging along an axis that shrinks, bilinear along
 // one that grows. An empty source or a non-positive size gives an empty Image.
 Image Resize(const Image& src, int width, int height);
+// Resize of the region_w x region_h window at (x0, y0) of src, without
+// copying it out first. Empty when the window is empty or not inside src.
+Image ResizeRegion(const Image& src, int x0, int y0, int region_w, int region_h, int width, int height);
 
 // Helpers, public for tests and callers that handle orientation themselves.
 // The EXIF orientation (1..8) in a JPEG APP1 "Exif" segment's payload

@@ -196,54 +196,60 @@ void PhotoWash(const image::Image& photo, const Region& text, int w, int h, floa
   int cw = photo.width, ch = photo.height, cx = 0, cy = 0;
   if (par > ar) { cw = static_cast<int>(photo.height * ar); cx = (photo.width - cw) / 2; }
   else { ch = static_cast<int>(photo.width / ar); cy = (photo.height - ch) / 2; }
-  image::Image crop;
-  crop.width = std::max(1, cw);
-  crop.height = std::max(1, ch);
-  crop.rgb.resize(static_cast<size_t>(crop.width) * static_cast<size_t>(crop.height) * 3);
-  for (int y = 0; y < crop.height; ++y) {
-    std::copy_n(photo.row(y + cy) + static_cast<size_t>(cx) * 3, static_cast<size_t>(crop.width) * 3, crop.row(y));
-  }
-  image::Image small = image::Resize(crop, w, h);
-  std::vector<float> lum(static_cast<size_t>(w) * static_cast<size_t>(h));
+  image::Image small = image::ResizeRegion(photo, cx, cy, std::max(1, cw), std::max(1, ch), w, h);
+  image::UninitVector<float> lum(static_cast<size_t>(w) * static_cast<size_t>(h));  // each pass writes every element
   for (int y = 0; y < h; ++y) {
     const uint8_t* r = small.row(y);
     for (int x = 0; x < w; ++x) {
       lum[static_cast<size_t>(y * w + x)] = (0.299f * r[x * 3] + 0.587f * r[x * 3 + 1] + 0.114f * r[x * 3 + 2]) / 255.0f;
     }
   }
-  // Two box blurs (radius 2) for soft washes.
-  std::vector<float> tmp(lum.size());
+  // Two box blurs (radius 2) for soft washes. Each output is the sum of its
+  // five neighbours, nearest to farthest in k = -2..2 order with the edge
+  // pixel repeated, over 5; the interior skips the clamping.
+  image::UninitVector<float> tmp(lum.size());
+  const int x_lo = std::min(2, w), x_hi = std::max(x_lo, w - 2);  // interior columns [x_lo, x_hi)
+  auto blur_row_at = [w](const float* in, int x) {
+    float s = 0;
+    for (int k = -2; k <= 2; ++k) s += in[std::clamp(x + k, 0, w - 1)];
+    return s / 5.0f;
+  };
   for (int pass = 0; pass < 2; ++pass) {
     for (int y = 0; y < h; ++y) {
-      for (int x = 0; x < w; ++x) {
-        float s = 0; int n = 0;
-        for (int k = -2; k <= 2; ++k) { int xx = std::clamp(x + k, 0, w - 1); s += lum[static_cast<size_t>(y * w + xx)]; ++n; }
-        tmp[static_cast<size_t>(y * w + x)] = s / static_cast<float>(n);
-      }
+      const float* in = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
+      float* out = tmp.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
+      for (int x = 0; x < x_lo; ++x) out[x] = blur_row_at(in, x);
+      for (int x = x_lo; x < x_hi; ++x) out[x] = (((in[x - 2] + in[x - 1]) + in[x]) + in[x + 1] + in[x + 2]) / 5.0f;
+      for (int x = x_hi; x < w; ++x) out[x] = blur_row_at(in, x);
     }
     for (int y = 0; y < h; ++y) {
-      for (int x = 0; x < w; ++x) {
-        float s = 0; int n = 0;
-        for (int k = -2; k <= 2; ++k) { int yy = std::clamp(y + k, 0, h - 1); s += tmp[static_cast<size_t>(yy * w + x)]; ++n; }
-        lum[static_cast<size_t>(y * w + x)] = s / static_cast<float>(n);
+      const float* r[5];
+      for (int k = -2; k <= 2; ++k) {
+        r[k + 2] = tmp.data() + static_cast<size_t>(std::clamp(y + k, 0, h - 1)) * static_cast<size_t>(w);
       }
+      float* out = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
+      for (int x = 0; x < w; ++x) out[x] = (((r[0][x] + r[1][x]) + r[2][x]) + r[3][x] + r[4][x]) / 5.0f;
     }
   }
+  const float margin = 0.04f * static_cast<float>(w) / sx;
   for (int y = 0; y < h; ++y) {
+    auto lum_row = [&](int yy) { return lum.data() + static_cast<size_t>(std::clamp(yy, 0, h - 1)) * static_cast<size_t>(w); };
+    const float *up = lum_row(y - 1), *mid = lum_row(y), *down = lum_row(y + 1);
+    const float py = (static_cast<float>(y) + 0.5f) / sy;
+    const float inside_y = std::min(py - text.y0, text.y1 - py);
     float* out = wash->row(y);
     for (int x = 0; x < w; ++x) {
-      auto at = [&](int xx, int yy) { return lum[static_cast<size_t>(std::clamp(yy, 0, h - 1) * w + std::clamp(xx, 0, w - 1))]; };
-      float l = at(x, y);
-      float gx = at(x + 1, y) - at(x - 1, y), gy = at(x, y + 1) - at(x, y - 1);
+      const int xl = x > 0 ? x - 1 : 0, xr = x < w - 1 ? x + 1 : w - 1;
+      float l = mid[x];
+      float gx = mid[xr] - mid[xl], gy = down[x] - up[x];
       float edge = std::min(1.0f, std::sqrt(gx * gx + gy * gy) * 6.0f);
       float dark = 1.0f - l;
       // Graded washes: a gentle tone curve, plus the photo's edges as lines.
       float tone = dark * dark * (3.0f - 2.0f * dark);
       float d = std::clamp(0.55f * tone + 0.35f * edge * edge, 0.0f, 0.8f);
       // Lighter under the text block, with a soft margin.
-      float px = (static_cast<float>(x) + 0.5f) / sx, py = (static_cast<float>(y) + 0.5f) / sy;
-      float margin = 0.04f * static_cast<float>(w) / sx;
-      float inside_x = std::min(px - text.x0, text.x1 - px), inside_y = std::min(py - text.y0, text.y1 - py);
+      float px = (static_cast<float>(x) + 0.5f) / sx;
+      float inside_x = std::min(px - text.x0, text.x1 - px);
       float inside = std::min(inside_x, inside_y);
       float fade = std::clamp((inside + margin) / (2.0f * margin), 0.0f, 1.0f);
       d *= 1.0f - 0.6f * fade * fade * (3.0f - 2.0f * fade);

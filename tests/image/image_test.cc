@@ -765,6 +765,74 @@ TEST(Resize, NonIntegerShrinkKeepsFlatColour) {
   }
 }
 
+// Resize's definition, written independently in doubles: per axis, area
+// coverage when shrinking, bilinear between pixel centres (clamped) when not.
+std::vector<std::vector<std::pair<int, double>>> ReferenceTaps(int src, int dst) {
+  std::vector<std::vector<std::pair<int, double>>> taps(static_cast<size_t>(dst));
+  const double scale = double(src) / double(dst);
+  for (int d = 0; d < dst; ++d) {
+    if (dst < src) {
+      const double start = d * scale, end = (d + 1) * scale;
+      for (int s = 0; s < src; ++s) {
+        const double cover = std::min(end, s + 1.0) - std::max(start, double(s));
+        if (cover > 0) taps[size_t(d)].push_back({s, cover / scale});
+      }
+    } else {
+      const double c = std::clamp((d + 0.5) * scale - 0.5, 0.0, double(src - 1));
+      const int s0 = int(std::floor(c)), s1 = std::min(s0 + 1, src - 1);
+      taps[size_t(d)].push_back({s0, s1 == s0 ? 1.0 : 1.0 - (c - s0)});
+      if (s1 != s0) taps[size_t(d)].push_back({s1, c - s0});
+    }
+  }
+  return taps;
+}
+
+// Every byte of ResizeRegion(src, window, w x h) within 1 of the reference
+// on that window (float sums in a different order may round the other way).
+void ExpectResizedWindow(const Image& src, int x0, int y0, int rw, int rh, int w, int h) {
+  const Image got = ResizeRegion(src, x0, y0, rw, rh, w, h);
+  ASSERT_EQ(got.width, w);
+  ASSERT_EQ(got.height, h);
+  const auto tx = ReferenceTaps(rw, w), ty = ReferenceTaps(rh, h);
+  int worst = 0;
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        double v = 0;
+        for (auto [sy, wy] : ty[size_t(y)]) {
+          for (auto [sx, wx] : tx[size_t(x)]) v += wy * wx * src.row(y0 + sy)[(x0 + sx) * 3 + c];
+        }
+        worst = std::max(worst, std::abs(int(got.row(y)[x * 3 + c]) - int(std::lround(std::clamp(v, 0.0, 255.0)))));
+      }
+    }
+  }
+  EXPECT_LE(worst, 1) << "window " << rw << "x" << rh << " at " << x0 << "," << y0 << " to " << w << "x" << h;
+}
+
+// Shrinking by 1x to 9x per axis (the ring of source rows the vertical pass
+// reads is as deep as the most rows one output row covers), growing, mixed,
+// same size, one pixel; a window and the whole image.
+TEST(Resize, RegionMatchesTheDefinition) {
+  const Image src = Pattern(97, 61);
+  for (auto [w, h] : {std::pair{8, 5}, std::pair{23, 31}, std::pair{140, 90}, std::pair{200, 20}, std::pair{71, 45},
+                      std::pair{1, 1}}) {
+    ExpectResizedWindow(src, 13, 7, 71, 45, w, h);
+    ExpectResizedWindow(src, 0, 0, 97, 61, w, h);
+  }
+  // Resize is the whole-image region.
+  EXPECT_TRUE(ResizeRegion(src, 0, 0, 97, 61, 30, 20).rgb == Resize(src, 30, 20).rgb);
+}
+
+TEST(Resize, RegionOutsideTheImageIsEmpty) {
+  const Image src = Pattern(20, 10);
+  EXPECT_TRUE(ResizeRegion(src, -1, 0, 5, 5, 4, 4).empty());
+  EXPECT_TRUE(ResizeRegion(src, 16, 0, 5, 5, 4, 4).empty());  // 16 + 5 > 20
+  EXPECT_TRUE(ResizeRegion(src, 0, 6, 5, 5, 4, 4).empty());
+  EXPECT_TRUE(ResizeRegion(src, 0, 0, 0, 5, 4, 4).empty());
+  EXPECT_TRUE(ResizeRegion(src, 0, 0, 5, 5, 0, 4).empty());
+  EXPECT_FALSE(ResizeRegion(src, 15, 5, 5, 5, 4, 4).empty());  // flush with the corner
+}
+
 TEST(Resize, BilinearGrow) {
   Image src = Image::Filled(2, 1, 0, 0, 0);
   src.row(0)[3] = 200;
@@ -863,6 +931,8 @@ TEST(PixelBuffer, EveryByteWritten) {
   const Image src = Pattern(61, 43);
   same_under_two_fills("Resize down", [&] { return Result<Image>(Resize(src, 29, 17)); });
   same_under_two_fills("Resize up", [&] { return Result<Image>(Resize(src, 90, 50)); });
+  same_under_two_fills("ResizeRegion", [&] { return Result<Image>(ResizeRegion(src, 5, 3, 50, 37, 33, 21)); });
+  same_under_two_fills("ResizeRegion, same size", [&] { return Result<Image>(ResizeRegion(src, 5, 3, 50, 37, 50, 37)); });
 }
 
 }  // namespace

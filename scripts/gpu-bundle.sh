@@ -19,7 +19,7 @@ cmake --build "$BUILD" --target render_backend_test render_test render_gpu_bench
 
 OUTDIR=.gpu
 rm -rf "$OUTDIR"
-mkdir -p "$OUTDIR"/{bin,lib,lib-cxx,data,font}
+mkdir -p "$OUTDIR"/{bin,lib,lib-cxx,data,font,photos}
 for b in tests/render_backend_test tests/render_test bench/render_gpu_bench; do
   strip --strip-debug -o "$OUTDIR/bin/$(basename "$b")" "$BUILD/$b"
 done
@@ -36,6 +36,8 @@ done | sort -u | while read -r lib; do
   esac
 done
 cp "$BUILD/data/strokes.bin" "$BUILD/data/ARPHICPL.TXT" "$OUTDIR/data/"
+# A test photo (public domain; its README gives the source) for the photo rows.
+cp tests/data/photos/astronaut.jpg tests/data/photos/README.md "$OUTDIR/photos/"
 FONT=/usr/share/fonts/truetype/arphic/ukai.ttc
 if [ -f "$FONT" ]; then
   cp "$FONT" "$OUTDIR/font/"

@@ -86,6 +86,16 @@ step "GPU benchmark (1080p, 4K; 1/4/16 concurrent; GPU vs CPU)"
 "$BENCH" --renders 16 2>&1 | tee "$LOG/render_gpu_bench.log" || rc=1
 step "host share on this machine's CPU (the passes skipped): the floor of a GPU render"
 "$BENCH" --host-only --renders 40 2>&1 | tee "$LOG/render_host_share.log" || rc=1
+PHOTO="$DIR/photos/astronaut.jpg"
+[ -f "$PHOTO" ] || PHOTO="$(dirname "$0")/../tests/data/photos/astronaut.jpg"
+if [ -f "$PHOTO" ]; then
+  step "GPU benchmark on a photo background (the service's usual case; its wash is made on the host)"
+  "$BENCH" --renders 8 --photo "$PHOTO" 2>&1 | tee "$LOG/render_gpu_bench_photo.log" || rc=1
+  "$BENCH" --host-only --renders 20 --photo "$PHOTO" 2>&1 | tee "$LOG/render_host_share_photo.log" || rc=1
+else
+  echo "no test photo found: photo rows skipped"
+  notes="$notes; photo rows NOT run"
+fi
 
 step "nvidia-smi after"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv || true

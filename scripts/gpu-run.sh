@@ -91,6 +91,7 @@ PHOTO="$DIR/photos/astronaut.jpg"
 if [ -f "$PHOTO" ]; then
   step "GPU benchmark on a photo background (the service's usual case; its wash is made on the host)"
   "$BENCH" --renders 8 --photo "$PHOTO" 2>&1 | tee "$LOG/render_gpu_bench_photo.log" || rc=1
+  step "host share of a photo render on this machine's CPU"
   "$BENCH" --host-only --renders 20 --photo "$PHOTO" 2>&1 | tee "$LOG/render_host_share_photo.log" || rc=1
 else
   echo "no test photo found: photo rows skipped"

@@ -540,9 +540,10 @@ Taps MakeTaps(int src, int dst) {
 }
 
 // std::clamp(std::lround(v), 0, 255) without the libm call (a third of
-// Resize's time): below 0 or NaN gives 0, from 255 up 255, and in between the
-// truncation is the floor and v minus it is exact, so halves round up, as
-// lround rounds them away from zero.
+// Resize's time), for every v below 2^63 (Resize's sums of weighted bytes
+// stay under 256): below 0 or NaN gives 0, from 255 up 255, and in between
+// the truncation is the floor and v minus it is exact, so halves round up,
+// as lround rounds them away from zero.
 inline uint8_t RoundToByte(float v) {
   if (!(v > 0.0f)) return 0;
   if (v >= 255.0f) return 255;

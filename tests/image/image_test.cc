@@ -765,8 +765,10 @@ TEST(Resize, NonIntegerShrinkKeepsFlatColour) {
   }
 }
 
-// Resize's definition, written independently in doubles: per axis, area
-// coverage when shrinking, bilinear between pixel centres (clamped) when not.
+// Resize's definition in doubles: per axis, area coverage when shrinking
+// (every source pixel's overlap enumerated, independently of MakeTaps' index
+// arithmetic), bilinear between pixel centres (clamped, the same formula)
+// when not.
 std::vector<std::vector<std::pair<int, double>>> ReferenceTaps(int src, int dst) {
   std::vector<std::vector<std::pair<int, double>>> taps(static_cast<size_t>(dst));
   const double scale = double(src) / double(dst);
@@ -787,14 +789,16 @@ std::vector<std::vector<std::pair<int, double>>> ReferenceTaps(int src, int dst)
   return taps;
 }
 
-// Every byte of ResizeRegion(src, window, w x h) within 1 of the reference
-// on that window (float sums in a different order may round the other way).
+// Every byte of ResizeRegion(src, window, w x h) equal to the reference on
+// that window, rounded half away from zero; where the reference lies within
+// 1e-3 of a half (the float sums, in another order, may round the other
+// way) within 1.
 void ExpectResizedWindow(const Image& src, int x0, int y0, int rw, int rh, int w, int h) {
   const Image got = ResizeRegion(src, x0, y0, rw, rh, w, h);
   ASSERT_EQ(got.width, w);
   ASSERT_EQ(got.height, h);
   const auto tx = ReferenceTaps(rw, w), ty = ReferenceTaps(rh, h);
-  int worst = 0;
+  int wrong = 0;
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {
       for (int c = 0; c < 3; ++c) {
@@ -802,11 +806,14 @@ void ExpectResizedWindow(const Image& src, int x0, int y0, int rw, int rh, int w
         for (auto [sy, wy] : ty[size_t(y)]) {
           for (auto [sx, wx] : tx[size_t(x)]) v += wy * wx * src.row(y0 + sy)[(x0 + sx) * 3 + c];
         }
-        worst = std::max(worst, std::abs(int(got.row(y)[x * 3 + c]) - int(std::lround(std::clamp(v, 0.0, 255.0)))));
+        v = std::clamp(v, 0.0, 255.0);
+        const int diff = std::abs(int(got.row(y)[x * 3 + c]) - int(std::lround(v)));
+        const bool near_half = std::abs(v - std::floor(v) - 0.5) < 1e-3;
+        if (diff > (near_half ? 1 : 0)) ++wrong;
       }
     }
   }
-  EXPECT_LE(worst, 1) << "window " << rw << "x" << rh << " at " << x0 << "," << y0 << " to " << w << "x" << h;
+  EXPECT_EQ(wrong, 0) << "window " << rw << "x" << rh << " at " << x0 << "," << y0 << " to " << w << "x" << h;
 }
 
 // Shrinking by 1x to 9x per axis (the ring of source rows the vertical pass
@@ -819,8 +826,23 @@ TEST(Resize, RegionMatchesTheDefinition) {
     ExpectResizedWindow(src, 13, 7, 71, 45, w, h);
     ExpectResizedWindow(src, 0, 0, 97, 61, w, h);
   }
-  // Resize is the whole-image region.
-  EXPECT_TRUE(ResizeRegion(src, 0, 0, 97, 61, 30, 20).rgb == Resize(src, 30, 20).rgb);
+  // One pixel, one row and one column, grown.
+  ExpectResizedWindow(src, 5, 5, 1, 1, 7, 3);
+  ExpectResizedWindow(src, 5, 5, 9, 1, 20, 4);
+  ExpectResizedWindow(src, 5, 5, 1, 9, 3, 30);
+}
+
+// Means that land exactly on a half round up, as std::lround does.
+TEST(Resize, HalvesRoundUp) {
+  for (auto [a, b] : {std::pair{0, 1}, std::pair{100, 101}, std::pair{254, 255}, std::pair{7, 8}}) {
+    Image src = Image::Filled(2, 1, 0, 0, 0);
+    src.row(0)[0] = uint8_t(a);
+    src.row(0)[3] = uint8_t(b);
+    const Image out = Resize(src, 1, 1);  // (a + b) / 2, exactly x.5 in float
+    ASSERT_EQ(out.rgb.size(), 3u);
+    EXPECT_EQ(out.rgb[0], uint8_t(std::lround((a + b) / 2.0))) << a << "," << b;
+    EXPECT_EQ(out.rgb[0], uint8_t(b)) << a << "," << b;
+  }
 }
 
 TEST(Resize, RegionOutsideTheImageIsEmpty) {

@@ -208,6 +208,10 @@ void PhotoWash(const image::Image& photo, const Region& text, int w, int h, floa
   // five neighbours, nearest to farthest in k = -2..2 order with the edge
   // pixel repeated, over 5; the interior skips the clamping.
   image::UninitVector<float> tmp(lum.size());
+  // Row yy of a w x h plane, the edge row repeated beyond it.
+  auto clamped_row = [w, h](const float* plane, int yy) {
+    return plane + static_cast<size_t>(std::clamp(yy, 0, h - 1)) * static_cast<size_t>(w);
+  };
   const int x_lo = std::min(2, w), x_hi = std::max(x_lo, w - 2);  // interior columns [x_lo, x_hi)
   auto blur_row_at = [w](const float* in, int x) {
     float s = 0;
@@ -224,17 +228,15 @@ void PhotoWash(const image::Image& photo, const Region& text, int w, int h, floa
     }
     for (int y = 0; y < h; ++y) {
       const float* r[5];
-      for (int k = -2; k <= 2; ++k) {
-        r[k + 2] = tmp.data() + static_cast<size_t>(std::clamp(y + k, 0, h - 1)) * static_cast<size_t>(w);
-      }
+      for (int k = -2; k <= 2; ++k) r[k + 2] = clamped_row(tmp.data(), y + k);
       float* out = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
       for (int x = 0; x < w; ++x) out[x] = (((r[0][x] + r[1][x]) + r[2][x]) + r[3][x] + r[4][x]) / 5.0f;
     }
   }
   const float margin = 0.04f * static_cast<float>(w) / sx;
   for (int y = 0; y < h; ++y) {
-    auto lum_row = [&](int yy) { return lum.data() + static_cast<size_t>(std::clamp(yy, 0, h - 1)) * static_cast<size_t>(w); };
-    const float *up = lum_row(y - 1), *mid = lum_row(y), *down = lum_row(y + 1);
+    const float *up = clamped_row(lum.data(), y - 1), *mid = clamped_row(lum.data(), y),
+                *down = clamped_row(lum.data(), y + 1);
     const float py = (static_cast<float>(y) + 0.5f) / sy;
     const float inside_y = std::min(py - text.y0, text.y1 - py);
     float* out = wash->row(y);

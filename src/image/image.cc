@@ -498,59 +498,6 @@ std::string LowerExtension(const std::string& path) {
   return ext;
 }
 
-// Resampling weights for one axis: dst index -> (first source index, weights).
-struct Taps {
-  std::vector<int> first;       // first source index for dst i
-  std::vector<int> count;       // how many source pixels dst i reads
-  std::vector<size_t> offsets;  // where dst i's weights start in `weights`
-  std::vector<float> weights;
-  size_t offset_of(size_t i) const { return offsets[i]; }
-};
-
-Taps MakeTaps(int src, int dst) {
-  Taps t;
-  t.first.resize(size_t(dst));
-  t.count.resize(size_t(dst));
-  t.offsets.resize(size_t(dst));
-  const double scale = double(src) / double(dst);
-  for (int d = 0; d < dst; ++d) {
-    t.offsets[size_t(d)] = t.weights.size();
-    if (dst < src) {  // area: each source pixel weighted by how much of it the dst pixel covers
-      double start = d * scale, end = (d + 1) * scale;
-      int s0 = int(std::floor(start));
-      int s1 = std::min(src, int(std::ceil(end)));
-      t.first[size_t(d)] = s0;
-      t.count[size_t(d)] = s1 - s0;
-      for (int s = s0; s < s1; ++s) {
-        double cover = std::min(end, double(s + 1)) - std::max(start, double(s));
-        t.weights.push_back(float(cover / scale));
-      }
-    } else {  // bilinear on pixel centres, clamped at the edges
-      double centre = std::clamp((d + 0.5) * scale - 0.5, 0.0, double(src - 1));
-      int s0 = int(std::floor(centre));
-      int s1 = std::min(s0 + 1, src - 1);
-      float f = float(centre - s0);
-      t.first[size_t(d)] = s0;
-      t.count[size_t(d)] = s1 - s0 + 1;
-      t.weights.push_back(s1 == s0 ? 1.0f : 1.0f - f);
-      if (s1 != s0) t.weights.push_back(f);
-    }
-  }
-  return t;
-}
-
-// std::clamp(std::lround(v), 0, 255) without the libm call (a third of
-// Resize's time), for every v below 2^63 (Resize's sums of weighted bytes
-// stay under 256): below 0 or NaN gives 0, from 255 up 255, and in between
-// the truncation is the floor and v minus it is exact, so halves round up,
-// as lround rounds them away from zero.
-inline uint8_t RoundToByte(float v) {
-  if (!(v > 0.0f)) return 0;
-  if (v >= 255.0f) return 255;
-  const int whole = static_cast<int>(v);
-  return static_cast<uint8_t>(whole + (v - static_cast<float>(whole) >= 0.5f ? 1 : 0));
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- public
@@ -683,6 +630,38 @@ Image Resize(const Image& src, int width, int height) {
   return ResizeRegion(src, 0, 0, src.width, src.height, width, height);
 }
 
+ResampleTaps MakeResampleTaps(int src, int dst) {
+  ResampleTaps t;
+  t.first.resize(size_t(dst));
+  t.count.resize(size_t(dst));
+  t.offsets.resize(size_t(dst));
+  const double scale = double(src) / double(dst);
+  for (int d = 0; d < dst; ++d) {
+    t.offsets[size_t(d)] = int(t.weights.size());
+    if (dst < src) {  // area: each source pixel weighted by how much of it the dst pixel covers
+      double start = d * scale, end = (d + 1) * scale;
+      int s0 = int(std::floor(start));
+      int s1 = std::min(src, int(std::ceil(end)));
+      t.first[size_t(d)] = s0;
+      t.count[size_t(d)] = s1 - s0;
+      for (int s = s0; s < s1; ++s) {
+        double cover = std::min(end, double(s + 1)) - std::max(start, double(s));
+        t.weights.push_back(float(cover / scale));
+      }
+    } else {  // bilinear on pixel centres, clamped at the edges
+      double centre = std::clamp((d + 0.5) * scale - 0.5, 0.0, double(src - 1));
+      int s0 = int(std::floor(centre));
+      int s1 = std::min(s0 + 1, src - 1);
+      float f = float(centre - s0);
+      t.first[size_t(d)] = s0;
+      t.count[size_t(d)] = s1 - s0 + 1;
+      t.weights.push_back(s1 == s0 ? 1.0f : 1.0f - f);
+      if (s1 != s0) t.weights.push_back(f);
+    }
+  }
+  return t;
+}
+
 Image ResizeRegion(const Image& src, int x0, int y0, int region_w, int region_h, int width, int height) {
   if (src.empty() || width <= 0 || height <= 0 || region_w <= 0 || region_h <= 0 || x0 < 0 || y0 < 0 ||
       x0 > src.width - region_w || y0 > src.height - region_h ||
@@ -699,8 +678,8 @@ Image ResizeRegion(const Image& src, int x0, int y0, int region_w, int region_h,
     for (int y = 0; y < height; ++y) std::copy_n(src.row(y0 + y) + src_offset, stride, dst.row(y));
     return dst;
   }
-  Taps tx = MakeTaps(region_w, width);
-  Taps ty = MakeTaps(region_h, height);
+  const ResampleTaps tx = MakeResampleTaps(region_w, width);
+  const ResampleTaps ty = MakeResampleTaps(region_h, height);
   // Horizontal pass into float rows (width wide), then vertical. The rows
   // live in a ring of as many as one output row reads: each source row is
   // resampled once, when first needed (ty.first never decreases), and a
@@ -716,7 +695,7 @@ Image ResizeRegion(const Image& src, int x0, int y0, int region_w, int region_h,
       const uint8_t* in = src.row(y0 + next_row) + src_offset;
       float* out = ring_row(next_row);
       for (int x = 0; x < width; ++x) {
-        const float* w = tx.weights.data() + tx.offset_of(size_t(x));
+        const float* w = tx.weights.data() + size_t(tx.offsets[size_t(x)]);
         const uint8_t* p = in + size_t(tx.first[size_t(x)]) * 3;
         float sum[3] = {0, 0, 0};
         for (int k = 0; k < tx.count[size_t(x)]; ++k, p += 3) {
@@ -726,7 +705,7 @@ Image ResizeRegion(const Image& src, int x0, int y0, int region_w, int region_h,
       }
     }
     std::fill(acc.begin(), acc.end(), 0.0f);
-    const float* w = ty.weights.data() + ty.offset_of(size_t(y));
+    const float* w = ty.weights.data() + size_t(ty.offsets[size_t(y)]);
     for (int k = 0; k < count; ++k) {
       const float* in = ring_row(first + k);
       for (size_t i = 0; i < stride; ++i) acc[i] += w[k] * in[i];

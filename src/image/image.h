@@ -119,6 +119,32 @@ Image Resize(const Image& src, int width, int height);
 // copying it out first. Empty when the window is empty or not inside src.
 Image ResizeRegion(const Image& src, int x0, int y0, int region_w, int region_h, int width, int height);
 
+// The resampling ResizeRegion does, one axis at a time, for code that
+// repeats it elsewhere (the CUDA render backend resamples a photo on the
+// device and must round as this does). Output pixel i of the axis reads
+// count[i] source pixels from first[i] on, with weights[offsets[i] + k]:
+// area averaging when dst < src, bilinear on pixel centres otherwise. An
+// output value is sum_k w_k * p_k along x, in k order from 0.0f, then the
+// same along y over those row sums, then RoundToByte.
+struct ResampleTaps {
+  std::vector<int> first;
+  std::vector<int> count;
+  std::vector<int> offsets;
+  std::vector<float> weights;
+};
+// src, dst >= 1.
+ResampleTaps MakeResampleTaps(int src, int dst);
+// The nearest byte to v, halves up (std::lround then clamped to 0..255,
+// without the libm call), for every v below 2^31: below 0 or NaN gives 0,
+// from 255 up 255; in between the truncation is the floor and v minus it
+// is exact.
+inline uint8_t RoundToByte(float v) {
+  if (!(v > 0.0f)) return 0;
+  if (v >= 255.0f) return 255;
+  const int whole = static_cast<int>(v);
+  return static_cast<uint8_t>(whole + (v - static_cast<float>(whole) >= 0.5f ? 1 : 0));
+}
+
 // Helpers, public for tests and callers that handle orientation themselves.
 // The EXIF orientation (1..8) in a JPEG APP1 "Exif" segment's payload
 // (starting at "Exif\0\0"); 1 when absent or malformed.

@@ -43,15 +43,36 @@ BackendDecision DecideBackend(BackendChoice choice, const char* visible, const C
   return d;
 }
 
-size_t DeviceBytesPerRender(int w, int h, size_t dabs) {
+size_t ResampleTapsBytes(int src_w, int src_h, int dst_w, int dst_h) {
+  // Per axis, three ints per output pixel (first, count, offset) and at most
+  // src + 2 * dst weights: bilinear reads two per output, area averaging
+  // src + dst - 1 (neighbours share at most one source pixel).
+  auto axis = [](int src, int dst) {
+    return static_cast<size_t>(std::max(dst, 0)) * 3 * sizeof(int) +
+           (static_cast<size_t>(std::max(src, 0)) + 2 * static_cast<size_t>(std::max(dst, 0))) * sizeof(float);
+  };
+  return axis(src_w, dst_w) + axis(src_h, dst_h);
+}
+
+size_t DeviceBytesPerRender(int w, int h, size_t dabs, int photo_w, int photo_h) {
   const CanvasPlanes p = PlanesFor(w, h);
   auto px = [](int a, int b) { return static_cast<size_t>(a) * static_cast<size_t>(b); };
-  return px(p.w, p.h) * 4 +                 // ink
-         2 * px(p.ww, p.wh) * 4 +           // wet, ping-pong for the diffusion
-         2 * px(p.lw, p.lh) * 4 +           // wash and paper blotches
-         px(p.w, p.h) * 3 +                 // RGB out
-         dabs * sizeof(Dab) +               // dab list
-         static_cast<size_t>(kMaxRidges) * (static_cast<size_t>(p.lw) * 4 + sizeof(Ridge));  // ridge heights per column
+  size_t bytes = px(p.w, p.h) * 4 +                                // ink
+                 2 * std::max(px(p.ww, p.wh), px(p.lw, p.lh)) * 4 +  // wet, ping-pong; photo scratch
+                 2 * px(p.lw, p.lh) * 4 +                          // wash and paper blotches
+                 px(p.w, p.h) * 3 +                                // RGB out
+                 dabs * sizeof(Dab) +                              // dab list
+                 static_cast<size_t>(kMaxRidges) * (static_cast<size_t>(p.lw) * 4 + sizeof(Ridge));  // ridge heights
+  if (photo_w > 0 && photo_h > 0) {
+    bytes += px(photo_w, photo_h) * 3 + ResampleTapsBytes(photo_w, photo_h, p.lw, p.lh);
+  }
+  return bytes;
+}
+
+size_t DeviceBytesPerRender(const PassPlan& plan) {
+  const size_t dabs = plan.dabs != nullptr ? plan.dabs->size() : 0;
+  if (plan.photo == nullptr) return DeviceBytesPerRender(plan.planes.w, plan.planes.h, dabs);
+  return DeviceBytesPerRender(plan.planes.w, plan.planes.h, dabs, plan.photo->w, plan.photo->h);
 }
 
 size_t DeviceTextureBytes() {

@@ -43,9 +43,17 @@ BackendDecision DecideBackend(BackendChoice choice, const char* visible, const C
 
 // Device memory one render of w x h with `dabs` brush imprints holds on the
 // GPU (planes, RGB output, dab list; the shared textures not included):
-// ink w*h*4, wet 2*(w/2)*(h/2)*4 (ping-pong), wash and blotch 2*(w/3)*(h/3)*4,
-// RGB w*h*3, dabs*sizeof(Dab) (40), plus the ridge table.
-size_t DeviceBytesPerRender(int w, int h, size_t dabs);
+// ink w*h*4, wet 2*(w/2)*(h/2)*4 (ping-pong; also the photo wash's scratch,
+// so at least the wash's size), wash and blotch 2*(w/3)*(h/3)*4, RGB w*h*3,
+// dabs*sizeof(Dab) (40), plus the ridge table. A photo background adds its
+// photo_w x photo_h window (3 bytes a pixel) and the resampling tables.
+size_t DeviceBytesPerRender(int w, int h, size_t dabs, int photo_w = 0, int photo_h = 0);
+struct PassPlan;
+// The same for a plan (its canvas, dab count and photo window).
+size_t DeviceBytesPerRender(const PassPlan& plan);
+// Bytes of the resampling tables (image::MakeResampleTaps) for a src_w x src_h
+// window to dst_w x dst_h, both axes: a bound the tables never exceed.
+size_t ResampleTapsBytes(int src_w, int src_h, int dst_w, int dst_h);
 // The textures every render on a device shares (uploaded once).
 size_t DeviceTextureBytes();
 

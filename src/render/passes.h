@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "image/image.h"
 
 namespace danqing::render {
 
@@ -122,23 +123,38 @@ struct ComposeInputs {
   int fibre_dx = 0, fibre_dy = 0;   // seed offset into the fibre tile
 };
 
+// The visitor's photo as the background. The passes turn its window into the
+// wash (PhotoWash): a resample to lw x lh (image::MakeResampleTaps), the
+// luminance, two radius-2 box blurs, then a tone curve plus the photo's edges
+// as darker lines, lighter under the text block.
+struct PhotoInput {
+  const image::Image* image = nullptr;
+  int x0 = 0, y0 = 0, w = 0, h = 0;             // the window of `image` that covers the canvas
+  float text_x0 = 0, text_y0 = 0, text_x1 = 0, text_y1 = 0;  // the text block, canvas pixels
+};
+// The largest centred window of `photo` with the aspect of the lw x lh wash
+// (cover fit), and the text block; the photo is not copied.
+PhotoInput CoverPhoto(const image::Image& photo, const CanvasPlanes& planes, float text_x0, float text_y0,
+                      float text_x1, float text_y1);
+
 // Everything the heavy passes of one render need. They run in this order:
-// the background wash (the landscape, unless the caller gives a wash), the
-// ink of every dab, the wet ink and its diffusion, the composition to RGB.
+// the background wash (a landscape or a photo), the ink of every dab, the
+// wet ink and its diffusion, the composition to RGB.
 struct PassPlan {
   CanvasPlanes planes;
   const std::vector<Dab>* dabs = nullptr;
-  // Exactly one of: a landscape to draw into the wash, or the caller's own
-  // wash (lw x lh; the photo background), which the passes only read.
+  // Exactly one of: a landscape to draw into the wash, or a photo to turn
+  // into it (the passes only read the photo).
   const LandscapeParams* landscape = nullptr;
-  const Plane* background = nullptr;
+  const PhotoInput* photo = nullptr;
   int diffuse_iterations = 1;
   // The colours and the fibre offset; its plane pointers are ignored.
   ComposeInputs look;
 };
 // OK, or INTERNAL naming what is wrong: sizes that are not PlanesFor(w, h),
-// no dab list, not exactly one of landscape and background, a background of
-// the wrong size, more than kMaxRidges ridges. Both backends check it first.
+// no dab list, not exactly one of landscape and photo, a photo whose window
+// is empty or not inside it (or whose pixels do not match its size), more
+// than kMaxRidges ridges. Both backends check it first.
 Status CheckPlan(const PassPlan& plan);
 
 // Wall time of each stage of Run, in milliseconds (on a device: between
@@ -183,6 +199,9 @@ class CpuPasses final : public Passes {
   void Diffuse(const Textures& tex, int iterations, Plane* wet) const;
   // The landscape wash density at the plane's (low) resolution.
   void Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) const;
+  // The photo's wash density at the planes' lw x lh (PhotoInput); the resample
+  // runs on one thread, the rest on the pass's threads.
+  void PhotoWash(const PhotoInput& photo, const CanvasPlanes& planes, Plane* wash) const;
   // Paper, wash and ink to RGB8 (w*h*3 bytes).
   void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) const;
 

@@ -293,6 +293,105 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
   });
 }
 
+void CpuPasses::PhotoWash(const PhotoInput& photo, const CanvasPlanes& planes, Plane* wash) const {
+  const int w = planes.lw, h = planes.lh;
+  const image::Image small = image::ResizeRegion(*photo.image, photo.x0, photo.y0, photo.w, photo.h, w, h);
+  image::UninitVector<float> lum(static_cast<size_t>(w) * static_cast<size_t>(h));  // each pass writes every element
+  image::UninitVector<float> tmp(lum.size());
+  auto rows = [&](auto&& fn) {
+    ParallelFor(threads_, h, [&](int y0, int y1) {
+      for (int y = y0; y < y1; ++y) fn(y);
+    });
+  };
+  rows([&](int y) {
+    const uint8_t* r = small.row(y);
+    float* out = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
+    for (int x = 0; x < w; ++x) {
+      out[x] = (0.299f * r[x * 3] + 0.587f * r[x * 3 + 1] + 0.114f * r[x * 3 + 2]) / 255.0f;
+    }
+  });
+  // Two box blurs (radius 2) for soft washes. Each output is the sum of its
+  // five neighbours, nearest to farthest in k = -2..2 order with the edge
+  // pixel repeated, over 5; the interior skips the clamping.
+  // Row yy of a w x h plane, the edge row repeated beyond it.
+  auto clamped_row = [w, h](const float* plane, int yy) {
+    return plane + static_cast<size_t>(std::clamp(yy, 0, h - 1)) * static_cast<size_t>(w);
+  };
+  const int x_lo = std::min(2, w), x_hi = std::max(x_lo, w - 2);  // interior columns [x_lo, x_hi)
+  auto blur_row_at = [w](const float* in, int x) {
+    float s = 0;
+    for (int k = -2; k <= 2; ++k) s += in[std::clamp(x + k, 0, w - 1)];
+    return s / 5.0f;
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    rows([&](int y) {
+      const float* in = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
+      float* out = tmp.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
+      for (int x = 0; x < x_lo; ++x) out[x] = blur_row_at(in, x);
+      for (int x = x_lo; x < x_hi; ++x) out[x] = (((in[x - 2] + in[x - 1]) + in[x]) + in[x + 1] + in[x + 2]) / 5.0f;
+      for (int x = x_hi; x < w; ++x) out[x] = blur_row_at(in, x);
+    });
+    rows([&](int y) {
+      const float* r[5];
+      for (int k = -2; k <= 2; ++k) r[k + 2] = clamped_row(tmp.data(), y + k);
+      float* out = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
+      for (int x = 0; x < w; ++x) out[x] = (((r[0][x] + r[1][x]) + r[2][x]) + r[3][x] + r[4][x]) / 5.0f;
+    });
+  }
+  // Wash pixels per canvas pixel, and the soft margin around the text block.
+  const float sx = static_cast<float>(w) / static_cast<float>(planes.w);
+  const float sy = static_cast<float>(h) / static_cast<float>(planes.h);
+  const float margin = 0.04f * static_cast<float>(w) / sx;
+  rows([&](int y) {
+    const float *up = clamped_row(lum.data(), y - 1), *mid = clamped_row(lum.data(), y),
+                *down = clamped_row(lum.data(), y + 1);
+    const float py = (static_cast<float>(y) + 0.5f) / sy;
+    const float inside_y = std::min(py - photo.text_y0, photo.text_y1 - py);
+    float* out = wash->row(y);
+    for (int x = 0; x < w; ++x) {
+      const int xl = x > 0 ? x - 1 : 0, xr = x < w - 1 ? x + 1 : w - 1;
+      float l = mid[x];
+      float gx = mid[xr] - mid[xl], gy = down[x] - up[x];
+      float edge = std::min(1.0f, std::sqrt(gx * gx + gy * gy) * 6.0f);
+      float dark = 1.0f - l;
+      // Graded washes: a gentle tone curve, plus the photo's edges as lines.
+      float tone = dark * dark * (3.0f - 2.0f * dark);
+      float d = std::clamp(0.55f * tone + 0.35f * edge * edge, 0.0f, 0.8f);
+      // Lighter under the text block, with a soft margin.
+      float px = (static_cast<float>(x) + 0.5f) / sx;
+      float inside_x = std::min(px - photo.text_x0, photo.text_x1 - px);
+      float inside = std::min(inside_x, inside_y);
+      float fade = std::clamp((inside + margin) / (2.0f * margin), 0.0f, 1.0f);
+      d *= 1.0f - 0.6f * fade * fade * (3.0f - 2.0f * fade);
+      out[x] = d;
+    }
+  });
+}
+
+PhotoInput CoverPhoto(const image::Image& photo, const CanvasPlanes& planes, float text_x0, float text_y0,
+                      float text_x1, float text_y1) {
+  PhotoInput in;
+  in.image = &photo;
+  const double ar = static_cast<double>(planes.lw) / planes.lh;
+  const double par = static_cast<double>(photo.width) / std::max(1, photo.height);
+  in.w = photo.width;
+  in.h = photo.height;
+  if (par > ar) {
+    in.w = static_cast<int>(photo.height * ar);
+    in.x0 = (photo.width - in.w) / 2;
+  } else {
+    in.h = static_cast<int>(photo.width / ar);
+    in.y0 = (photo.height - in.h) / 2;
+  }
+  in.w = std::max(1, in.w);
+  in.h = std::max(1, in.h);
+  in.text_x0 = text_x0;
+  in.text_y0 = text_y0;
+  in.text_x1 = text_x1;
+  in.text_y1 = text_y1;
+  return in;
+}
+
 void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Plane* ink_out,
                     PassTimes* times) {
   using Clock = std::chrono::steady_clock;
@@ -308,11 +407,11 @@ void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Pla
   // fresh memory); planes above 4K are released afterwards.
   thread_local Plane ink, wet, wash;
   const auto t0 = Clock::now();
-  const Plane* background = plan.background;
+  wash.Reset(pl.lw, pl.lh);
   if (plan.landscape != nullptr) {
-    wash.Reset(pl.lw, pl.lh);
     Landscape(*plan.landscape, tex, &wash);
-    background = &wash;
+  } else {
+    PhotoWash(*plan.photo, pl, &wash);
   }
   const auto t1 = Clock::now();
   ink.Reset(pl.w, pl.h);
@@ -323,7 +422,7 @@ void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Pla
   Diffuse(tex, plan.diffuse_iterations, &wet);
   const auto t3 = Clock::now();
   ComposeInputs in = plan.look;
-  in.wash_low = background;
+  in.wash_low = &wash;
   in.ink = &ink;
   in.wet_half = &wet;
   Compose(in, tex, pl.w, pl.h, rgb);
@@ -345,12 +444,21 @@ Status CheckPlan(const PassPlan& plan) {
                     ")");
   }
   if (plan.dabs == nullptr) return Internal("pass plan: no dab list");
-  if ((plan.landscape == nullptr) == (plan.background == nullptr)) {
-    return Internal("pass plan: needs exactly one of a landscape and a background wash");
+  if ((plan.landscape == nullptr) == (plan.photo == nullptr)) {
+    return Internal("pass plan: needs exactly one of a landscape and a photo");
   }
-  if (plan.background != nullptr && (plan.background->w != p.lw || plan.background->h != p.lh ||
-                                     plan.background->v.size() != static_cast<size_t>(p.lw) * p.lh)) {
-    return Internal("pass plan: the background wash is not lw x lh");
+  if (const PhotoInput* ph = plan.photo; ph != nullptr) {
+    const image::Image* im = ph->image;
+    if (im == nullptr || im->empty() ||
+        im->rgb.size() != static_cast<size_t>(im->width) * static_cast<size_t>(im->height) * 3) {
+      return Internal("pass plan: the photo has no pixels or not width*height*3 bytes");
+    }
+    if (ph->w < 1 || ph->h < 1 || ph->x0 < 0 || ph->y0 < 0 || ph->x0 > im->width - ph->w ||
+        ph->y0 > im->height - ph->h) {
+      return Internal("pass plan: the photo window " + std::to_string(ph->w) + "x" + std::to_string(ph->h) + "+" +
+                      std::to_string(ph->x0) + "+" + std::to_string(ph->y0) + " is not inside the " +
+                      std::to_string(im->width) + "x" + std::to_string(im->height) + " photo");
+    }
   }
   if (plan.landscape != nullptr && plan.landscape->ridges.size() > static_cast<size_t>(kMaxRidges)) {
     return Internal("pass plan: more than " + std::to_string(kMaxRidges) + " ridges");

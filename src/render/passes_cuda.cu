@@ -217,6 +217,89 @@ __global__ void BlotchKernel(DevTex tex, float* blotch, int w, int h, float bsca
       Noise2D(tex, static_cast<float>(x) * bscale + 37.0f, static_cast<float>(y) * bscale);
 }
 
+// The photo wash (CpuPasses::PhotoWash), in three steps. First the resample
+// of the photo's window to the wash's size (image::ResizeRegion's sums, in
+// its order) and the luminance of the rounded pixel.
+struct ResampleArgs {
+  const uint8_t* src;  // the window, src_w pixels (3 bytes each) a row
+  int src_w;
+  const int *first_x, *count_x, *offset_x, *first_y, *count_y, *offset_y;
+  const float* weights;  // x's weights, then y's
+};
+
+__device__ inline uint8_t RoundToByteD(float v) {
+  if (!(v > 0.0f)) return 0;
+  if (v >= 255.0f) return 255;
+  const int whole = static_cast<int>(v);
+  return static_cast<uint8_t>(whole + (v - static_cast<float>(whole) >= 0.5f ? 1 : 0));
+}
+
+__global__ void PhotoLumKernel(ResampleArgs a, float* lum, int w, int h) {
+  int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (x >= w || y >= h) return;
+  const int fx = a.first_x[x], nx = a.count_x[x], fy = a.first_y[y], ny = a.count_y[y];
+  const float* wx = a.weights + a.offset_x[x];
+  const float* wy = a.weights + a.offset_y[y];
+  float acc[3] = {0.0f, 0.0f, 0.0f};
+  for (int k = 0; k < ny; ++k) {
+    const uint8_t* p = a.src + (static_cast<size_t>(fy + k) * a.src_w + fx) * 3;
+    float row[3] = {0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < nx; ++j, p += 3) {
+      for (int c = 0; c < 3; ++c) row[c] += wx[j] * static_cast<float>(p[c]);
+    }
+    for (int c = 0; c < 3; ++c) acc[c] += wy[k] * row[c];
+  }
+  const float r = static_cast<float>(RoundToByteD(acc[0])), g = static_cast<float>(RoundToByteD(acc[1])),
+              b = static_cast<float>(RoundToByteD(acc[2]));
+  lum[static_cast<size_t>(y) * w + x] = (0.299f * r + 0.587f * g + 0.114f * b) / 255.0f;
+}
+
+// A radius-2 box blur along x (dx 1) or y (dx 0): the five neighbours in
+// k = -2..2 order, the edge pixel repeated, over 5.
+__global__ void BoxBlurKernel(const float* in, float* out, int w, int h, int along_x) {
+  int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (x >= w || y >= h) return;
+  float s = 0.0f;
+  for (int k = -2; k <= 2; ++k) {
+    const int xx = along_x ? min(max(x + k, 0), w - 1) : x;
+    const int yy = along_x ? y : min(max(y + k, 0), h - 1);
+    s += in[static_cast<size_t>(yy) * w + xx];
+  }
+  out[static_cast<size_t>(y) * w + x] = s / 5.0f;
+}
+
+struct WashArgs {
+  float sx, sy, margin;  // wash pixels per canvas pixel; the fade's margin
+  float tx0, ty0, tx1, ty1;  // the text block, canvas pixels
+};
+
+// Tone and edges of the blurred luminance, lighter under the text block.
+__global__ void PhotoWashKernel(const float* lum, WashArgs a, float* wash, int w, int h) {
+  int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (x >= w || y >= h) return;
+  const float* up = lum + static_cast<size_t>(max(y - 1, 0)) * w;
+  const float* mid = lum + static_cast<size_t>(y) * w;
+  const float* down = lum + static_cast<size_t>(min(y + 1, h - 1)) * w;
+  const int xl = x > 0 ? x - 1 : 0, xr = x < w - 1 ? x + 1 : w - 1;
+  float l = mid[x];
+  float gx = mid[xr] - mid[xl], gy = down[x] - up[x];
+  float edge = fminf(1.0f, sqrtf(gx * gx + gy * gy) * 6.0f);
+  float dark = 1.0f - l;
+  float tone = dark * dark * (3.0f - 2.0f * dark);
+  float d = Clampf(0.55f * tone + 0.35f * edge * edge, 0.0f, 0.8f);
+  const float py = (static_cast<float>(y) + 0.5f) / a.sy;
+  const float inside_y = fminf(py - a.ty0, a.ty1 - py);
+  float px = (static_cast<float>(x) + 0.5f) / a.sx;
+  float inside_x = fminf(px - a.tx0, a.tx1 - px);
+  float inside = fminf(inside_x, inside_y);
+  float fade = Clampf((inside + a.margin) / (2.0f * a.margin), 0.0f, 1.0f);
+  d *= 1.0f - 0.6f * fade * fade * (3.0f - 2.0f * fade);
+  wash[static_cast<size_t>(y) * w + x] = d;
+}
+
 // A low-resolution plane sampled like the CPU's vrow + XTab: vertical, then
 // horizontal linear interpolation.
 struct LowPlane {
@@ -321,7 +404,8 @@ class CudaPasses final : public Passes {
   ~CudaPasses() override {
     for (void* p : {static_cast<void*>(ink_), static_cast<void*>(wet_[0]), static_cast<void*>(wet_[1]),
                     static_cast<void*>(wash_), static_cast<void*>(blotch_), static_cast<void*>(rgb_),
-                    static_cast<void*>(dabs_), static_cast<void*>(ridge_y_), static_cast<void*>(ridges_)}) {
+                    static_cast<void*>(dabs_), static_cast<void*>(ridge_y_), static_cast<void*>(ridges_),
+                    static_cast<void*>(photo_), static_cast<void*>(tap_index_), static_cast<void*>(tap_weights_)}) {
       if (p == nullptr) continue;
       if (ctx_->pools) cudaFreeAsync(p, stream_);  // after the stream's work, back to the pool
       else cudaFree(p);
@@ -337,18 +421,42 @@ class CudaPasses final : public Passes {
     ctx_->Release(reserved_);
   }
 
-  Status Init(int w, int h, size_t dabs) {
-    pl_ = PlanesFor(w, h);
-    max_dabs_ = std::max<size_t>(1, dabs);
+  // Allocates what `plan` needs (its canvas, dab count and photo window);
+  // the plan's photo must outlive Run, which uploads it.
+  Status Init(const PassPlan& plan) {
+    pl_ = PlanesFor(plan.planes.w, plan.planes.h);
+    max_dabs_ = std::max<size_t>(1, plan.dabs != nullptr ? plan.dabs->size() : 0);
+    // The wet planes double as the photo wash's two scratch planes.
+    const size_t wet_px = std::max(Px(pl_.ww, pl_.wh), Px(pl_.lw, pl_.lh));
     cudaGetLastError();  // start from a clean slate on this thread
     if (!Ok(cudaSetDevice(ctx_->device), "cudaSetDevice") ||
         !Ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate") ||
-        !Alloc(&ink_, Px(pl_.w, pl_.h) * 4) || !Alloc(&wet_[0], Px(pl_.ww, pl_.wh) * 4) ||
-        !Alloc(&wet_[1], Px(pl_.ww, pl_.wh) * 4) || !Alloc(&wash_, Px(pl_.lw, pl_.lh) * 4) ||
+        !Alloc(&ink_, Px(pl_.w, pl_.h) * 4) || !Alloc(&wet_[0], wet_px * 4) ||
+        !Alloc(&wet_[1], wet_px * 4) || !Alloc(&wash_, Px(pl_.lw, pl_.lh) * 4) ||
         !Alloc(&blotch_, Px(pl_.lw, pl_.lh) * 4) || !Alloc(&rgb_, Px(pl_.w, pl_.h) * 3) ||
         !Alloc(&dabs_, max_dabs_ * sizeof(Dab)) || !Alloc(&ridge_y_, static_cast<size_t>(kMaxRidges) * pl_.lw * 4) ||
         !Alloc(&ridges_, static_cast<size_t>(kMaxRidges) * sizeof(Ridge))) {
       return status_;
+    }
+    if (plan.photo != nullptr) {
+      // The resampling tables, as image::ResizeRegion builds them, in one
+      // index buffer (first, count, offset for x, then for y) and one weight
+      // buffer (x's, then y's, the y offsets shifted past x's weights).
+      photo_w_ = plan.photo->w;
+      photo_h_ = plan.photo->h;
+      const image::ResampleTaps tx = image::MakeResampleTaps(photo_w_, pl_.lw);
+      const image::ResampleTaps ty = image::MakeResampleTaps(photo_h_, pl_.lh);
+      host_tap_index_.clear();
+      for (const auto* v : {&tx.first, &tx.count, &tx.offsets, &ty.first, &ty.count}) {
+        host_tap_index_.insert(host_tap_index_.end(), v->begin(), v->end());
+      }
+      for (int o : ty.offsets) host_tap_index_.push_back(o + static_cast<int>(tx.weights.size()));
+      host_tap_weights_ = tx.weights;
+      host_tap_weights_.insert(host_tap_weights_.end(), ty.weights.begin(), ty.weights.end());
+      if (!Alloc(&photo_, Px(photo_w_, photo_h_) * 3) || !Alloc(&tap_index_, host_tap_index_.size() * sizeof(int)) ||
+          !Alloc(&tap_weights_, host_tap_weights_.size() * sizeof(float))) {
+        return status_;
+      }
     }
     for (cudaEvent_t& e : events_) {
       if (!Ok(cudaEventCreate(&e), "cudaEventCreate")) return status_;
@@ -360,7 +468,7 @@ class CudaPasses final : public Passes {
   Status status() const override { return status_; }
 
   // All passes on the stream, the planes staying on the device: the host
-  // sends the dab list (and a photo's wash) and gets the RGB back.
+  // sends the dab list (and the photo's window) and gets the RGB back.
   void Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Plane* ink_out, PassTimes* times) override {
     if (!status_.ok()) return;
     const CanvasPlanes& p = plan.planes;
@@ -377,13 +485,16 @@ class CudaPasses final : public Passes {
       status_ = Internal("cuda passes: more dabs than reserved");
       return;
     }
+    if (plan.photo != nullptr && (photo_ == nullptr || plan.photo->w != photo_w_ || plan.photo->h != photo_h_)) {
+      status_ = Internal("cuda passes: the plan's photo window is not the one reserved");
+      return;
+    }
     const dim3 block(32, 8);
     if (!Ok(cudaEventRecord(events_[0], stream_), "cudaEventRecord")) return;
     // Background wash.
     if (plan.landscape != nullptr) {
       if (!Landscape(*plan.landscape, tex)) return;
-    } else if (!Ok(cudaMemcpyAsync(wash_, plan.background->v.data(), Px(p.lw, p.lh) * 4, cudaMemcpyHostToDevice,
-                                   stream_), "upload wash")) {
+    } else if (!PhotoWash(*plan.photo)) {
       return;
     }
     if (!Ok(cudaEventRecord(events_[1], stream_), "cudaEventRecord")) return;
@@ -507,6 +618,48 @@ class CudaPasses final : public Passes {
     return Ok(cudaGetLastError(), "LandscapeKernel");
   }
 
+  // The photo's window up (only its rows, straight from the decoded image),
+  // then resample and luminance, the blurs, tone and edges on the device.
+  // The scratch planes are the wet planes, which the ink stage clears after.
+  bool PhotoWash(const PhotoInput& ph) {
+    const image::Image& im = *ph.image;
+    const size_t row_bytes = static_cast<size_t>(ph.w) * 3;
+    // host_tap_* outlive the copies: Run synchronises the stream before it returns.
+    if (!Ok(cudaMemcpy2DAsync(photo_, row_bytes, im.row(ph.y0) + static_cast<size_t>(ph.x0) * 3,
+                              static_cast<size_t>(im.width) * 3, row_bytes, static_cast<size_t>(ph.h),
+                              cudaMemcpyHostToDevice, stream_), "upload photo") ||
+        !Ok(cudaMemcpyAsync(tap_index_, host_tap_index_.data(), host_tap_index_.size() * sizeof(int),
+                            cudaMemcpyHostToDevice, stream_), "upload resampling tables") ||
+        !Ok(cudaMemcpyAsync(tap_weights_, host_tap_weights_.data(), host_tap_weights_.size() * sizeof(float),
+                            cudaMemcpyHostToDevice, stream_), "upload resampling tables")) {
+      return false;
+    }
+    const int lw = pl_.lw, lh = pl_.lh;
+    const int* idx = tap_index_;
+    ResampleArgs r{photo_, ph.w, idx, idx + lw, idx + 2 * lw, idx + 3 * lw, idx + 3 * lw + lh,
+                   idx + 3 * lw + 2 * lh, tap_weights_};
+    const dim3 block(32, 8), grid = Grid2(lw, lh, block);
+    float *lum = wet_[0], *tmp = wet_[1];
+    DQ_LAUNCH(PhotoLumKernel, grid, block, stream_, r, lum, lw, lh);
+    if (!Ok(cudaGetLastError(), "PhotoLumKernel")) return false;
+    for (int pass = 0; pass < 2; ++pass) {
+      DQ_LAUNCH(BoxBlurKernel, grid, block, stream_, lum, tmp, lw, lh, 1);
+      if (!Ok(cudaGetLastError(), "BoxBlurKernel")) return false;
+      DQ_LAUNCH(BoxBlurKernel, grid, block, stream_, tmp, lum, lw, lh, 0);
+      if (!Ok(cudaGetLastError(), "BoxBlurKernel")) return false;
+    }
+    WashArgs a{};
+    a.sx = static_cast<float>(lw) / static_cast<float>(pl_.w);
+    a.sy = static_cast<float>(lh) / static_cast<float>(pl_.h);
+    a.margin = 0.04f * static_cast<float>(lw) / a.sx;
+    a.tx0 = ph.text_x0;
+    a.ty0 = ph.text_y0;
+    a.tx1 = ph.text_x1;
+    a.ty1 = ph.text_y1;
+    DQ_LAUNCH(PhotoWashKernel, grid, block, stream_, lum, a, wash_, lw, lh);
+    return Ok(cudaGetLastError(), "PhotoWashKernel");
+  }
+
   CudaContext::Impl* ctx_;
   size_t reserved_;
   Status status_;
@@ -523,6 +676,12 @@ class CudaPasses final : public Passes {
   float* ridge_y_ = nullptr;
   Ridge* ridges_ = nullptr;
   std::vector<float> host_ridge_y_;
+  uint8_t* photo_ = nullptr;  // the photo's window, photo_w_ x photo_h_ x 3 bytes
+  int photo_w_ = 0, photo_h_ = 0;
+  int* tap_index_ = nullptr;
+  float* tap_weights_ = nullptr;
+  std::vector<int> host_tap_index_;
+  std::vector<float> host_tap_weights_;
 };
 
 }  // namespace
@@ -597,12 +756,12 @@ size_t CudaContext::in_use_bytes() const {
   return impl_->used;
 }
 
-Result<std::unique_ptr<Passes>> CudaContext::MakePasses(int w, int h, size_t dabs) {
+Result<std::unique_ptr<Passes>> CudaContext::MakePasses(const PassPlan& plan) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (!impl_->lost.empty()) return Unavailable("the CUDA context is unusable since: " + impl_->lost);
   }
-  const size_t need = DeviceBytesPerRender(w, h, dabs);
+  const size_t need = DeviceBytesPerRender(plan);
   if (need > impl_->budget) {
     return ResourceExhausted("render needs " + std::to_string(need >> 20) + " MiB of device memory, budget is " +
                              std::to_string(impl_->budget >> 20) + " MiB");
@@ -613,7 +772,7 @@ Result<std::unique_ptr<Passes>> CudaContext::MakePasses(int w, int h, size_t dab
     impl_->used += need;
   }
   auto p = std::make_unique<CudaPasses>(impl_.get(), need);  // releases `need` when destroyed
-  Status s = p->Init(w, h, dabs);
+  Status s = p->Init(plan);
   if (!s.ok()) return s;
   return std::unique_ptr<Passes>(std::move(p));
 }

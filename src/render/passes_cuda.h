@@ -5,7 +5,7 @@
 // bytes; each render takes a CudaPasses for its canvas, which reserves
 // DeviceBytesPerRender() from the budget (waiting while other renders hold it),
 // allocates its planes and runs on its own stream. Its Run keeps every plane
-// on the device: the host sends the dab list (and a photo's wash) and gets
+// on the device: the host sends the dab list (and a photo's window) and gets
 // the RGB back. A 4K render with 25k dabs moves 26 MB over PCIe; sending each
 // plane back and forth around every pass moved 175 MB. A CUDA error is
 // sticky: the rest of the render does nothing and status() reports it, so
@@ -40,9 +40,10 @@ class CudaContext {
   // Empty, or the CUDA error that left the context unusable: renders then run
   // on the CPU, and only a new process can use the GPU again.
   std::string lost_reason() const;
-  // Passes for one w x h render with `dabs` imprints. RESOURCE_EXHAUSTED when
-  // one render alone exceeds the budget; UNAVAILABLE/INTERNAL on a CUDA error.
-  Result<std::unique_ptr<Passes>> MakePasses(int w, int h, size_t dabs);
+  // Passes for one render of `plan` (its canvas, dab count and photo
+  // window), to Run with that plan. RESOURCE_EXHAUSTED when one render alone
+  // exceeds the budget; UNAVAILABLE/INTERNAL on a CUDA error.
+  Result<std::unique_ptr<Passes>> MakePasses(const PassPlan& plan);
 
   struct Impl;
 

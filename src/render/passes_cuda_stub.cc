@@ -16,7 +16,7 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(const Textures&, size_t
 size_t CudaContext::budget_bytes() const { return 0; }
 size_t CudaContext::in_use_bytes() const { return 0; }
 std::string CudaContext::lost_reason() const { return ""; }
-Result<std::unique_ptr<Passes>> CudaContext::MakePasses(int, int, size_t) {
+Result<std::unique_ptr<Passes>> CudaContext::MakePasses(const PassPlan&) {
   return Unavailable("built without CUDA (DANQING_CUDA=OFF)");
 }
 

@@ -188,78 +188,6 @@ void PlanTrees(const Ridge& ridge, const Textures& tex, const Region& avoid, Rng
   }
 }
 
-// The visitor's photo as an ink wash at the wash plane's size: luminance to
-// graded wash, softened, edges as darker lines, lighter under the text.
-void PhotoWash(const image::Image& photo, const Region& text, int w, int h, float sx, float sy, Plane* wash) {
-  // Cover-fit crop, then one resample to the plane's size.
-  double ar = static_cast<double>(w) / h, par = static_cast<double>(photo.width) / photo.height;
-  int cw = photo.width, ch = photo.height, cx = 0, cy = 0;
-  if (par > ar) { cw = static_cast<int>(photo.height * ar); cx = (photo.width - cw) / 2; }
-  else { ch = static_cast<int>(photo.width / ar); cy = (photo.height - ch) / 2; }
-  image::Image small = image::ResizeRegion(photo, cx, cy, std::max(1, cw), std::max(1, ch), w, h);
-  image::UninitVector<float> lum(static_cast<size_t>(w) * static_cast<size_t>(h));  // each pass writes every element
-  for (int y = 0; y < h; ++y) {
-    const uint8_t* r = small.row(y);
-    for (int x = 0; x < w; ++x) {
-      lum[static_cast<size_t>(y * w + x)] = (0.299f * r[x * 3] + 0.587f * r[x * 3 + 1] + 0.114f * r[x * 3 + 2]) / 255.0f;
-    }
-  }
-  // Two box blurs (radius 2) for soft washes. Each output is the sum of its
-  // five neighbours, nearest to farthest in k = -2..2 order with the edge
-  // pixel repeated, over 5; the interior skips the clamping.
-  image::UninitVector<float> tmp(lum.size());
-  // Row yy of a w x h plane, the edge row repeated beyond it.
-  auto clamped_row = [w, h](const float* plane, int yy) {
-    return plane + static_cast<size_t>(std::clamp(yy, 0, h - 1)) * static_cast<size_t>(w);
-  };
-  const int x_lo = std::min(2, w), x_hi = std::max(x_lo, w - 2);  // interior columns [x_lo, x_hi)
-  auto blur_row_at = [w](const float* in, int x) {
-    float s = 0;
-    for (int k = -2; k <= 2; ++k) s += in[std::clamp(x + k, 0, w - 1)];
-    return s / 5.0f;
-  };
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int y = 0; y < h; ++y) {
-      const float* in = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
-      float* out = tmp.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
-      for (int x = 0; x < x_lo; ++x) out[x] = blur_row_at(in, x);
-      for (int x = x_lo; x < x_hi; ++x) out[x] = (((in[x - 2] + in[x - 1]) + in[x]) + in[x + 1] + in[x + 2]) / 5.0f;
-      for (int x = x_hi; x < w; ++x) out[x] = blur_row_at(in, x);
-    }
-    for (int y = 0; y < h; ++y) {
-      const float* r[5];
-      for (int k = -2; k <= 2; ++k) r[k + 2] = clamped_row(tmp.data(), y + k);
-      float* out = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
-      for (int x = 0; x < w; ++x) out[x] = (((r[0][x] + r[1][x]) + r[2][x]) + r[3][x] + r[4][x]) / 5.0f;
-    }
-  }
-  const float margin = 0.04f * static_cast<float>(w) / sx;
-  for (int y = 0; y < h; ++y) {
-    const float *up = clamped_row(lum.data(), y - 1), *mid = clamped_row(lum.data(), y),
-                *down = clamped_row(lum.data(), y + 1);
-    const float py = (static_cast<float>(y) + 0.5f) / sy;
-    const float inside_y = std::min(py - text.y0, text.y1 - py);
-    float* out = wash->row(y);
-    for (int x = 0; x < w; ++x) {
-      const int xl = x > 0 ? x - 1 : 0, xr = x < w - 1 ? x + 1 : w - 1;
-      float l = mid[x];
-      float gx = mid[xr] - mid[xl], gy = down[x] - up[x];
-      float edge = std::min(1.0f, std::sqrt(gx * gx + gy * gy) * 6.0f);
-      float dark = 1.0f - l;
-      // Graded washes: a gentle tone curve, plus the photo's edges as lines.
-      float tone = dark * dark * (3.0f - 2.0f * dark);
-      float d = std::clamp(0.55f * tone + 0.35f * edge * edge, 0.0f, 0.8f);
-      // Lighter under the text block, with a soft margin.
-      float px = (static_cast<float>(x) + 0.5f) / sx;
-      float inside_x = std::min(px - text.x0, text.x1 - px);
-      float inside = std::min(inside_x, inside_y);
-      float fade = std::clamp((inside + margin) / (2.0f * margin), 0.0f, 1.0f);
-      d *= 1.0f - 0.6f * fade * fade * (3.0f - 2.0f * fade);
-      out[x] = d;
-    }
-  }
-}
-
 void DrawSeal(const std::vector<char32_t>& chars, const StrokeData* strokes, const GlyphFont* font,
               float sx, float sy, float size, const Textures& tex, Rng& rng, image::Image* img) {
   int n = static_cast<int>(std::ceil(size));
@@ -523,12 +451,11 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
 
   Rng rng(opts.seed, 0x1a70u);
 
-  // Background plan: a landscape or plain paper (a wash pass), or the photo
-  // as ink wash (computed here), at a third of the resolution.
+  // Background plan: a landscape or plain paper, or the photo, which the
+  // passes turn into a wash at a third of the resolution.
   const auto tb = Clock::now();
   const CanvasPlanes planes = PlanesFor(w, h);
-  const int lw = planes.lw, lh = planes.lh;
-  Plane wash;  // the photo's wash (a landscape is drawn by the passes)
+  PhotoInput photo;
   Rng bg_rng(opts.seed, 0xb6u);
   std::vector<Dab> dabs;
   dabs.reserve(200000);
@@ -539,8 +466,7 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
     PlanTrees(land.ridges[2], *textures_, layout.block, bg_rng, W, H, &dabs);
     PlanTrees(land.ridges[1], *textures_, layout.block, bg_rng, W, H, &dabs);
   } else if (photo_bg) {
-    wash.Reset(lw, lh);
-    PhotoWash(*opts.photo, layout.block, lw, lh, static_cast<float>(lw) / W, static_cast<float>(lh) / H, &wash);
+    photo = CoverPhoto(*opts.photo, planes, layout.block.x0, layout.block.y0, layout.block.x1, layout.block.y1);
   } else {
     land.sky = 0.025f;
   }
@@ -608,7 +534,7 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   PassPlan plan;
   plan.planes = planes;
   plan.dabs = &dabs;
-  if (photo_bg) plan.background = &wash; else plan.landscape = &land;
+  if (photo_bg) plan.photo = &photo; else plan.landscape = &land;
   plan.diffuse_iterations = std::clamp(static_cast<int>(layout.body_size / 40.0f), 1, 6);
   plan.look.fibre_dx = static_cast<int>(opts.seed % 512);
   plan.look.fibre_dy = static_cast<int>((opts.seed / 512) % 512);
@@ -624,7 +550,7 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   const auto tpasses = Clock::now();
   bool done = false;
   if (accelerator_ || cuda_ != nullptr) {
-    auto p = accelerator_ ? accelerator_(w, h, dabs.size()) : cuda_->MakePasses(w, h, dabs.size());
+    auto p = accelerator_ ? accelerator_(plan) : cuda_->MakePasses(plan);
     if (p.ok()) {
       std::unique_ptr<Passes> accel = std::move(p).value();
       accel->Run(plan, *textures_, img.rgb.data(), ink_out, &times);

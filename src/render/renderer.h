@@ -77,6 +77,7 @@ struct RenderStats {
 };
 
 class Passes;
+struct PassPlan;
 
 struct RendererConfig {
   // Empty: $DANQING_DATA_DIR/strokes.bin, <exe dir>/../data/strokes.bin, the
@@ -94,8 +95,9 @@ struct RendererConfig {
   // Device memory the GPU renders may hold together (bytes); 0:
   // $DANQING_GPU_MEMORY_MB, else 80% of the device's free memory.
   size_t gpu_memory_budget = 0;
-  // Tests: a stand-in accelerator used instead of CUDA (same fallback rules).
-  std::function<Result<std::unique_ptr<Passes>>(int w, int h, size_t dabs)> accelerator = nullptr;
+  // Tests: a stand-in accelerator used instead of CUDA (same fallback rules):
+  // the Passes for one render's plan, as CudaContext::MakePasses.
+  std::function<Result<std::unique_ptr<Passes>>(const PassPlan& plan)> accelerator = nullptr;
 };
 
 class StrokeData;
@@ -151,7 +153,7 @@ class Renderer {
   std::unique_ptr<Textures> textures_;
   std::string backend_ = "cpu", backend_reason_;
   std::unique_ptr<CudaContext> cuda_;
-  std::function<Result<std::unique_ptr<Passes>>(int, int, size_t)> accelerator_;
+  std::function<Result<std::unique_ptr<Passes>>(const PassPlan&)> accelerator_;
 };
 
 std::string_view StyleName(Style style);

@@ -2,6 +2,7 @@
 #include "cuda_runtime.h"
 #include "render/cuda_context_lost.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +32,7 @@ struct State {
   cudahost::Config config;
   std::map<uintptr_t, size_t> allocations;  // base -> bytes
   size_t in_use = 0;
+  size_t peak = 0;  // the most in_use since Reset or ResetPeak
   std::map<std::string, int> calls;
   struct Fault {
     cudaError_t error;
@@ -121,6 +123,7 @@ cudaError_t Allocate(void** p, size_t bytes) {
   if (mem == nullptr) return cudaErrorMemoryAllocation;
   s.allocations[reinterpret_cast<uintptr_t>(mem)] = bytes;
   s.in_use += bytes;
+  s.peak = std::max(s.peak, s.in_use);
   *p = mem;
   return cudaSuccess;
 }
@@ -274,6 +277,30 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   return Copy(dst, src, bytes, kind, "cudaMemcpyAsync");
 }
 
+// height rows of width bytes, each pitch apart; as on a device, a pitch
+// below the width is refused, and every byte of every row must lie in one
+// allocation (the span from the first row's start to the last row's end).
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream) {
+  (void)stream;
+  const char* api = "cudaMemcpy2DAsync";
+  if (cudaError_t e = Enter(api); e != cudaSuccess) return Fail(e);
+  if (dpitch < width || spitch < width) return Fail(cudaErrorInvalidValue);
+  if (width == 0 || height == 0) return cudaSuccess;
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if ((dst_dev && !InDevice(dst, dpitch * (height - 1) + width)) ||
+      (src_dev && !InDevice(src, spitch * (height - 1) + width))) {
+    Violation(std::string(api) + ": " + std::to_string(height) + " rows of " + std::to_string(width) +
+              " bytes outside a device allocation");
+    return Fail(cudaErrorInvalidValue);
+  }
+  for (size_t r = 0; r < height; ++r) {
+    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaMemsetAsync"); e != cudaSuccess) return Fail(e);
   (void)stream;
@@ -337,6 +364,7 @@ void Reset(const Config& config) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   s.config = config;
+  s.peak = s.in_use;
   s.calls.clear();
   s.faults.clear();
   s.sticky = cudaSuccess;
@@ -362,6 +390,18 @@ size_t BytesInUse() {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   return s.in_use;
+}
+
+size_t PeakBytesInUse() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.peak;
+}
+
+void ResetPeak() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.peak = s.in_use;
 }
 
 void ReleaseAll() {

@@ -116,6 +116,8 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream);
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
@@ -156,6 +158,8 @@ void Reset(const Config& config = {});
 void FailCall(const std::string& api, cudaError_t error, int skip = 0);
 int Calls(const std::string& api);   // calls of `api` since Reset
 size_t BytesInUse();                 // device bytes allocated and not freed
+size_t PeakBytesInUse();             // the most BytesInUse() since Reset() or ResetPeak()
+void ResetPeak();                    // the peak starts again from BytesInUse()
 // Frees every live allocation: what a lost context leaves behind (its frees
 // fail, as on a device, where the driver reclaims the memory at exit).
 void ReleaseAll();

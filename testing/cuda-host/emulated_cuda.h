@@ -24,7 +24,7 @@ class EmulatedCuda {
   EmulatedCuda& operator=(const EmulatedCuda&) = delete;
 
   // CudaContext::MakePasses of the backend.
-  Result<std::unique_ptr<Passes>> MakePasses(int w, int h, size_t dabs);
+  Result<std::unique_ptr<Passes>> MakePasses(const PassPlan& plan);
   size_t budget_bytes() const;
   size_t in_use_bytes() const;
   std::string lost_reason() const;

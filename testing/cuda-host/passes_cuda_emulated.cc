@@ -26,8 +26,8 @@ Result<std::unique_ptr<EmulatedCuda>> EmulatedCuda::Create(size_t budget_bytes) 
   return std::unique_ptr<EmulatedCuda>(new EmulatedCuda(std::move(impl)));
 }
 
-Result<std::unique_ptr<Passes>> EmulatedCuda::MakePasses(int w, int h, size_t dabs) {
-  return impl_->ctx->MakePasses(w, h, dabs);
+Result<std::unique_ptr<Passes>> EmulatedCuda::MakePasses(const PassPlan& plan) {
+  return impl_->ctx->MakePasses(plan);
 }
 size_t EmulatedCuda::budget_bytes() const { return impl_->ctx->budget_bytes(); }
 size_t EmulatedCuda::in_use_bytes() const { return impl_->ctx->in_use_bytes(); }

@@ -766,7 +766,7 @@ TEST(Resize, NonIntegerShrinkKeepsFlatColour) {
 }
 
 // Resize's definition in doubles: per axis, area coverage when shrinking
-// (every source pixel's overlap enumerated, independently of MakeTaps' index
+// (every source pixel's overlap enumerated, independently of MakeResampleTaps' index
 // arithmetic), bilinear between pixel centres (clamped, the same formula)
 // when not.
 std::vector<std::vector<std::pair<int, double>>> ReferenceTaps(int src, int dst) {

@@ -86,6 +86,37 @@ TEST(BackendTest, DeviceMemoryPerRender) {
   EXPECT_EQ(DeviceBytesPerRender(1920, 1080, 1000), fixed_1080 + 1000 * sizeof(Dab));
   const size_t fixed_4k = 33177600u + 16588800u + 7372800u + 24883200u + 16u * (1280u * 4u + sizeof(Ridge));
   EXPECT_EQ(DeviceBytesPerRender(3840, 2160, 0), fixed_4k);
+  // A photo adds its window (3 bytes a pixel) and the resampling tables: per
+  // axis 3 ints per wash pixel and at most src + 2 * dst weights.
+  const size_t taps_4k = (1280u * 3u * 4u + (4000u + 2u * 1280u) * 4u) + (720u * 3u * 4u + (2250u + 2u * 720u) * 4u);
+  EXPECT_EQ(ResampleTapsBytes(4000, 2250, 1280, 720), taps_4k);
+  EXPECT_EQ(DeviceBytesPerRender(3840, 2160, 0, 4000, 2250), fixed_4k + 4000u * 2250u * 3u + taps_4k);
+  // The bound holds for growing, shrinking and equal sizes.
+  for (auto [src, dst] : {std::pair{1, 1}, std::pair{1, 640}, std::pair{7, 3}, std::pair{640, 640}, std::pair{641, 640},
+                          std::pair{4000, 1280}, std::pair{12345, 7}, std::pair{300, 1279}}) {
+    const image::ResampleTaps t = image::MakeResampleTaps(src, dst);
+    const size_t bytes = (t.first.size() + t.count.size() + t.offsets.size()) * sizeof(int) +
+                         t.weights.size() * sizeof(float);
+    EXPECT_LE(2 * bytes, ResampleTapsBytes(src, src, dst, dst)) << src << " -> " << dst;
+  }
+  // The plan's overload reads the same numbers from the plan.
+  std::vector<Dab> dabs(1000);
+  const image::Image photo = image::Image::Filled(4000, 3000, 1, 2, 3);
+  const CanvasPlanes planes = PlanesFor(3840, 2160);
+  const PhotoInput in = CoverPhoto(photo, planes, 0, 0, 0, 0);
+  EXPECT_EQ(in.w, 4000);
+  EXPECT_EQ(in.h, 2250);
+  EXPECT_EQ(in.x0, 0);
+  EXPECT_EQ(in.y0, 375);
+  PassPlan plan;
+  plan.planes = planes;
+  plan.dabs = &dabs;
+  plan.photo = &in;
+  EXPECT_EQ(DeviceBytesPerRender(plan), DeviceBytesPerRender(3840, 2160, 1000, 4000, 2250));
+  LandscapeParams land;
+  plan.photo = nullptr;
+  plan.landscape = &land;
+  EXPECT_EQ(DeviceBytesPerRender(plan), DeviceBytesPerRender(3840, 2160, 1000));
   EXPECT_EQ(DeviceTextureBytes(), (512u * 512u + 256u * 256u + 4096u) * 4u);
   std::printf("device bytes per render: 1080p %zu (+%zu per dab), 4K %zu; shared textures %zu\n", fixed_1080,
               sizeof(Dab), fixed_4k, DeviceTextureBytes());
@@ -159,8 +190,8 @@ TEST(BackendTest, MalformedPlansAreRefused) {
   const Textures tex = Textures::Build();
   std::vector<Dab> dabs(3);
   LandscapeParams land;
-  Plane photo_wash;
-  photo_wash.Reset(PlanesFor(96, 64).lw, PlanesFor(96, 64).lh);
+  const image::Image image = testing_fixtures::GradientDiscPhoto(60, 40);
+  const PhotoInput photo = CoverPhoto(image, PlanesFor(96, 64), 10, 10, 50, 30);
   auto good = [&] {
     PassPlan p;
     p.planes = PlanesFor(96, 64);
@@ -174,7 +205,7 @@ TEST(BackendTest, MalformedPlansAreRefused) {
   p.dabs = nullptr;
   bad.emplace_back("no dab list", p);
   p = good();
-  p.background = &photo_wash;
+  p.photo = &photo;
   bad.emplace_back("exactly one of", p);
   p = good();
   p.landscape = nullptr;
@@ -182,12 +213,36 @@ TEST(BackendTest, MalformedPlansAreRefused) {
   p = good();
   p.planes.ww += 1;
   bad.emplace_back("plane sizes", p);
-  Plane small;
-  small.Reset(4, 4);
   p = good();
   p.landscape = nullptr;
-  p.background = &small;
-  bad.emplace_back("background wash", p);
+  p.photo = &photo;
+  EXPECT_TRUE(CheckPlan(p).ok());
+  // Windows that reach outside the photo, or are empty.
+  std::vector<PhotoInput> windows;
+  for (auto [x0, y0, w, h] : {std::tuple{1, 0, 60, 40}, std::tuple{0, 1, 60, 40}, std::tuple{-1, 0, 10, 10},
+                              std::tuple{0, -1, 10, 10}, std::tuple{0, 0, 0, 10}, std::tuple{0, 0, 10, 0},
+                              std::tuple{55, 0, 6, 10}}) {
+    PhotoInput out = photo;
+    out.x0 = x0;
+    out.y0 = y0;
+    out.w = w;
+    out.h = h;
+    windows.push_back(out);
+  }
+  for (const PhotoInput& out : windows) {
+    p.photo = &out;
+    bad.emplace_back("photo window", p);
+  }
+  image::Image torn = image;
+  torn.rgb.resize(torn.rgb.size() - 1);
+  PhotoInput torn_in = photo;
+  torn_in.image = &torn;
+  p.photo = &torn_in;
+  bad.emplace_back("width*height*3", p);
+  PhotoInput none = photo;
+  none.image = nullptr;
+  p.photo = &none;
+  bad.emplace_back("no pixels", p);
   LandscapeParams many;
   many.ridges.resize(kMaxRidges + 1);
   p = good();
@@ -296,7 +351,7 @@ class FakeAccel final : public Passes {
   Status status_;
 };
 
-std::unique_ptr<Renderer> WithAccel(std::function<Result<std::unique_ptr<Passes>>(int, int, size_t)> f) {
+std::unique_ptr<Renderer> WithAccel(std::function<Result<std::unique_ptr<Passes>>(const PassPlan&)> f) {
   RendererConfig c;
   c.accelerator = std::move(f);
   auto r = Renderer::Create(c);
@@ -315,7 +370,7 @@ image::Image CpuImage(const Inscription& text, const RenderOptions& o) {
 }
 
 TEST(RendererBackendTest, AcceleratorThatWorksIsReported) {
-  auto r = WithAccel([](int, int, size_t) -> Result<std::unique_ptr<Passes>> {
+  auto r = WithAccel([](const PassPlan&) -> Result<std::unique_ptr<Passes>> {
     return std::unique_ptr<Passes>(std::make_unique<FakeAccel>(false));
   });
   ASSERT_NE(r, nullptr);
@@ -329,7 +384,7 @@ TEST(RendererBackendTest, AcceleratorThatWorksIsReported) {
 }
 
 TEST(RendererBackendTest, AcceleratorFailingMidRenderFallsBackToTheCpu) {
-  auto r = WithAccel([](int, int, size_t) -> Result<std::unique_ptr<Passes>> {
+  auto r = WithAccel([](const PassPlan&) -> Result<std::unique_ptr<Passes>> {
     return std::unique_ptr<Passes>(std::make_unique<FakeAccel>(true));
   });
   ASSERT_NE(r, nullptr);
@@ -343,19 +398,31 @@ TEST(RendererBackendTest, AcceleratorFailingMidRenderFallsBackToTheCpu) {
   }
 }
 
+// The accelerator is asked with the whole plan, so its reservation counts
+// the photo's window (here a 400x300 photo on a 16:9 canvas: 400x225).
 TEST(RendererBackendTest, AcceleratorThatCannotTakeARenderFallsBack) {
   size_t asked = 0;
-  auto r = WithAccel([&asked](int w, int h, size_t dabs) -> Result<std::unique_ptr<Passes>> {
-    asked = DeviceBytesPerRender(w, h, dabs);
+  auto r = WithAccel([&asked](const PassPlan& plan) -> Result<std::unique_ptr<Passes>> {
+    asked = DeviceBytesPerRender(plan);
     return ResourceExhausted("render needs more than the budget");
   });
   ASSERT_NE(r, nullptr);
-  RenderStats st;
-  auto img = r->Render(Poem(0), Opts(2), &st);
-  ASSERT_TRUE(img.ok());
-  EXPECT_EQ(st.backend, "cpu");
-  EXPECT_NE(st.gpu_error.find("RESOURCE_EXHAUSTED"), std::string::npos) << st.gpu_error;
-  EXPECT_EQ(asked, DeviceBytesPerRender(960, 540, st.dabs));
+  const image::Image photo = testing_fixtures::GradientDiscPhoto(400, 300);
+  for (Background bg : {Background::kLandscape, Background::kPhoto}) {
+    RenderOptions o = Opts(2, bg);
+    o.photo = &photo;
+    RenderStats st;
+    auto img = r->Render(Poem(0), o, &st);
+    ASSERT_TRUE(img.ok());
+    EXPECT_EQ(st.backend, "cpu");
+    EXPECT_NE(st.gpu_error.find("RESOURCE_EXHAUSTED"), std::string::npos) << st.gpu_error;
+    EXPECT_EQ(img->rgb, CpuImage(Poem(0), o).rgb);
+    if (bg == Background::kPhoto) {
+      EXPECT_EQ(asked, DeviceBytesPerRender(960, 540, st.dabs, 400, 225));
+    } else {
+      EXPECT_EQ(asked, DeviceBytesPerRender(960, 540, st.dabs));
+    }
+  }
 }
 
 // --- Where a CUDA device is present -------------------------------------

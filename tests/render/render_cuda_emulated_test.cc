@@ -64,7 +64,7 @@ class EmulatedCudaTest : public ::testing::Test {
     device_ = std::move(d).value();
     RendererConfig gc;
     EmulatedCuda* dev = device_.get();
-    gc.accelerator = [dev](int w, int h, size_t dabs) { return dev->MakePasses(w, h, dabs); };
+    gc.accelerator = [dev](const PassPlan& plan) { return dev->MakePasses(plan); };
     auto g = Renderer::Create(gc);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     gpu_ = std::move(g).value();
@@ -153,6 +153,93 @@ TEST_F(EmulatedCudaTest, InkPlaneComesBackForDetail) {
   EXPECT_EQ(st.backend, "cuda");
   ASSERT_EQ(gd.ink.size(), 320u * 200u);
   EXPECT_EQ(gd.ink, cd.ink);
+}
+
+// The photo wash runs on the device (resample, luminance, blurs, tone and
+// edges): photos smaller and larger than the wash, wider and taller than the
+// canvas (the window then starts inside the photo), down to one pixel, give
+// the CPU's bytes; and what the render allocates fits what it reserved.
+TEST_F(EmulatedCudaTest, PhotoWashOnTheDeviceMatchesTheCpu) {
+  MakeGpu();
+  const size_t textures = cudahost::BytesInUse();
+  int compared = 0;
+  for (auto [pw, ph] : {std::pair{40, 30}, std::pair{1000, 300}, std::pair{300, 900}, std::pair{1, 1},
+                        std::pair{7, 500}, std::pair{161, 91}}) {
+    const image::Image photo = testing_fixtures::GradientDiscPhoto(pw, ph);
+    for (auto [w, h] : {std::pair{480, 270}, std::pair{97, 65}}) {
+      RenderOptions o = Opts(static_cast<uint64_t>(pw + w), Background::kPhoto, w, h, Style::kXing);
+      o.photo = &photo;
+      cudahost::ResetPeak();
+      RenderStats st;
+      auto g = gpu_->Render(Poem(compared), o, &st);
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      ASSERT_EQ(st.backend, "cuda") << st.gpu_error;
+      EXPECT_TRUE(g->rgb == Cpu(Poem(compared), o).rgb) << pw << "x" << ph << " photo, " << w << "x" << h;
+      // The window: the photo's full width or height, at the wash's aspect.
+      const PhotoInput in = CoverPhoto(photo, PlanesFor(w, h), 0, 0, 0, 0);
+      EXPECT_LE(cudahost::PeakBytesInUse() - textures, DeviceBytesPerRender(w, h, st.dabs, in.w, in.h))
+          << "allocated more than reserved";
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 12);
+  EXPECT_EQ(cudahost::Calls("cudaMemcpy2DAsync"), 12) << "each render uploaded its window once";
+}
+
+// The photo is part of the reservation: a render whose window does not fit
+// the budget runs on the CPU, while a landscape of the same size fits.
+TEST_F(EmulatedCudaTest, ThePhotoWindowCountsInTheBudget) {
+  const int w = 240, h = 160;
+  RenderStats cs;
+  ASSERT_TRUE(cpu_->Render(Poem(0), Opts(3, Background::kLandscape, w, h), &cs).ok());
+  MakeGpu(DeviceBytesPerRender(w, h, cs.dabs) + 64 * 1024);
+  RenderStats st;
+  ASSERT_TRUE(gpu_->Render(Poem(0), Opts(3, Background::kLandscape, w, h), &st).ok());
+  EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
+  const image::Image small = testing_fixtures::GradientDiscPhoto(60, 40);
+  RenderOptions o = Opts(3, Background::kPhoto, w, h);
+  o.photo = &small;
+  ASSERT_TRUE(gpu_->Render(Poem(0), o, &st).ok());
+  EXPECT_EQ(st.backend, "cuda") << "a 60x40 photo fits in 64 KiB: " << st.gpu_error;
+  const image::Image large = testing_fixtures::GradientDiscPhoto(600, 400);  // window 600x400: 720 kB
+  o.photo = &large;
+  const int before = cudahost::Calls("cudaMallocAsync");
+  ExpectFallback(0, o, "RESOURCE_EXHAUSTED");
+  EXPECT_EQ(cudahost::Calls("cudaMallocAsync"), before) << "refused before it took any device memory";
+}
+
+// The photo's upload fails: that render is redone on the CPU, the next is on
+// the GPU again. And Passes reserved for one photo window refuse a plan with
+// another (they hold a buffer of the first's size).
+TEST_F(EmulatedCudaTest, PhotoUploadFailureFallsBackAndWindowsMustMatch) {
+  MakeGpu();
+  const image::Image photo = Photo();
+  RenderOptions o = Opts(12, Background::kPhoto, 240, 160);
+  o.photo = &photo;
+  cudahost::FailCall("cudaMemcpy2DAsync", cudaErrorDevicesUnavailable);
+  ExpectFallback(2, o, "upload photo");
+  RenderStats st;
+  ASSERT_TRUE(gpu_->Render(Poem(2), o, &st).ok());
+  EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
+
+  const Textures tex = Textures::Build();
+  const std::vector<Dab> dabs;
+  const CanvasPlanes planes = PlanesFor(240, 160);
+  const PhotoInput reserved = CoverPhoto(photo, planes, 0, 0, 0, 0);
+  PassPlan plan;
+  plan.planes = planes;
+  plan.dabs = &dabs;
+  plan.photo = &reserved;
+  auto passes = device_->MakePasses(plan);
+  ASSERT_TRUE(passes.ok()) << passes.status().ToString();
+  PhotoInput other = reserved;
+  other.w -= 1;
+  plan.photo = &other;
+  std::vector<uint8_t> rgb(240 * 160 * 3, 42);
+  (*passes)->Run(plan, tex, rgb.data(), nullptr, nullptr);
+  EXPECT_EQ((*passes)->status().code(), StatusCode::kInternal);
+  EXPECT_NE((*passes)->status().message().find("photo window"), std::string::npos) << (*passes)->status().message();
+  EXPECT_EQ(rgb, std::vector<uint8_t>(240 * 160 * 3, 42)) << "nothing written";
 }
 
 // Planes come from the stream-ordered pool and go back to it; cudaFree (which

@@ -14,6 +14,7 @@
 #include "render/layout.h"
 #include "render/renderer.h"
 #include "render/stroke_data.h"
+#include "testing/support/render_fixtures.h"
 
 namespace danqing::render {
 namespace {
@@ -259,6 +260,27 @@ TEST_F(RenderTest, SameSeedSameImageDifferentSeedDifferentImage) {
   auto d = renderer_->Render(ins, o);
   ASSERT_TRUE(d.ok());
   EXPECT_NE(a->rgb, d->rgb);
+}
+
+// The photo wash runs on the passes' threads (rows split between them): the
+// thread count does not change its image either.
+TEST_F(RenderTest, PhotoWashDoesNotDependOnTheThreadCount) {
+  const image::Image photo = testing_fixtures::GradientDiscPhoto(900, 500);
+  Inscription ins{kPoems[1], "", "", ""};
+  RenderOptions o;
+  o.width = 641;
+  o.height = 359;
+  o.seed = 8;
+  o.background = Background::kPhoto;
+  o.photo = &photo;
+  auto one = renderer_->Render(ins, o);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  for (int threads : {2, 3, 7}) {
+    o.threads = threads;
+    auto many = renderer_->Render(ins, o);
+    ASSERT_TRUE(many.ok());
+    EXPECT_TRUE(one->rgb == many->rgb) << threads << " threads";
+  }
 }
 
 TEST_F(RenderTest, KaiIsLegiblePerCharacterAndXingCaoReported) {

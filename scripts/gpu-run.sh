@@ -89,7 +89,7 @@ step "host share on this machine's CPU (the passes skipped): the floor of a GPU 
 PHOTO="$DIR/photos/astronaut.jpg"
 [ -f "$PHOTO" ] || PHOTO="$(dirname "$0")/../tests/data/photos/astronaut.jpg"
 if [ -f "$PHOTO" ]; then
-  step "GPU benchmark on a photo background (the service's usual case; its wash is made on the host)"
+  step "GPU benchmark on a photo background (the service's usual case; its wash is made on the device)"
   "$BENCH" --renders 8 --photo "$PHOTO" 2>&1 | tee "$LOG/render_gpu_bench_photo.log" || rc=1
   step "host share of a photo render on this machine's CPU"
   "$BENCH" --host-only --renders 20 --photo "$PHOTO" 2>&1 | tee "$LOG/render_host_share_photo.log" || rc=1

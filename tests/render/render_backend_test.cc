@@ -80,7 +80,7 @@ TEST(BackendTest, ForcedChoices) {
 
 TEST(BackendTest, DeviceMemoryPerRender) {
   // 1080p: ink 1920*1080*4 + wet 2*960*540*4 + wash/blotch 2*640*360*4 +
-  // RGB 1920*1080*3 + ridge table 16*(640*4+36).
+  // RGB 1920*1080*3 + ridge table 16*(640*4+sizeof(Ridge)), 32 bytes a ridge.
   const size_t fixed_1080 = 8294400u + 4147200u + 1843200u + 6220800u + 16u * (640u * 4u + sizeof(Ridge));
   EXPECT_EQ(DeviceBytesPerRender(1920, 1080, 0), fixed_1080);
   EXPECT_EQ(DeviceBytesPerRender(1920, 1080, 1000), fixed_1080 + 1000 * sizeof(Dab));
@@ -91,6 +91,11 @@ TEST(BackendTest, DeviceMemoryPerRender) {
   const size_t taps_4k = (1280u * 3u * 4u + (4000u + 2u * 1280u) * 4u) + (720u * 3u * 4u + (2250u + 2u * 720u) * 4u);
   EXPECT_EQ(ResampleTapsBytes(4000, 2250, 1280, 720), taps_4k);
   EXPECT_EQ(DeviceBytesPerRender(3840, 2160, 0, 4000, 2250), fixed_4k + 4000u * 2250u * 3u + taps_4k);
+  // The figures docs/render.md and the time-sliced overlay quote: a 12 MP
+  // photo at 4K, a 512x512 one at 4K, a 12 MP one on a 2048x2048 canvas.
+  EXPECT_EQ(DeviceBytesPerRender(3840, 2160, 0, 4000, 2250), 109169832u);
+  EXPECT_EQ(DeviceBytesPerRender(3840, 2160, 0, 512, 288), 82590400u);
+  EXPECT_EQ(DeviceBytesPerRender(2048, 2048, 0, 3000, 3000), 68565168u);
   // The bound holds for growing, shrinking and equal sizes.
   for (auto [src, dst] : {std::pair{1, 1}, std::pair{1, 640}, std::pair{7, 3}, std::pair{640, 640}, std::pair{641, 640},
                           std::pair{4000, 1280}, std::pair{12345, 7}, std::pair{300, 1279}}) {

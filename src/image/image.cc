@@ -632,6 +632,7 @@ Image Resize(const Image& src, int width, int height) {
 
 ResampleTaps MakeResampleTaps(int src, int dst) {
   ResampleTaps t;
+  if (src < 1 || dst < 1) return t;
   t.first.resize(size_t(dst));
   t.count.resize(size_t(dst));
   t.offsets.resize(size_t(dst));

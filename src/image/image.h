@@ -132,12 +132,17 @@ struct ResampleTaps {
   std::vector<int> offsets;
   std::vector<float> weights;
 };
-// src, dst >= 1.
+// Empty tables when src or dst is below 1. Offsets are ints: at most
+// src + 2 * dst weights, far below 2^31 for any image Decode accepts.
 ResampleTaps MakeResampleTaps(int src, int dst);
 // The nearest byte to v, halves up (std::lround then clamped to 0..255,
 // without the libm call), for every v below 2^31: below 0 or NaN gives 0,
 // from 255 up 255; in between the truncation is the floor and v minus it
-// is exact.
+// is exact. Also device code: the CUDA render backend rounds its resample
+// with it.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
 inline uint8_t RoundToByte(float v) {
   if (!(v > 0.0f)) return 0;
   if (v >= 255.0f) return 255;

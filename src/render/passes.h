@@ -199,8 +199,9 @@ class CpuPasses final : public Passes {
   void Diffuse(const Textures& tex, int iterations, Plane* wet) const;
   // The landscape wash density at the plane's (low) resolution.
   void Landscape(const LandscapeParams& p, const Textures& tex, Plane* wash) const;
-  // The photo's wash density at the planes' lw x lh (PhotoInput); the resample
-  // runs on one thread, the rest on the pass's threads.
+  // The photo's wash density into `wash` (the planes' lw x lh; PhotoInput);
+  // the resample runs on one thread, the rest on the pass's threads. A window
+  // CheckPlan refuses gives an all-zero wash.
   void PhotoWash(const PhotoInput& photo, const CanvasPlanes& planes, Plane* wash) const;
   // Paper, wash and ink to RGB8 (w*h*3 bytes).
   void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) const;

@@ -296,6 +296,10 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
 void CpuPasses::PhotoWash(const PhotoInput& photo, const CanvasPlanes& planes, Plane* wash) const {
   const int w = planes.lw, h = planes.lh;
   const image::Image small = image::ResizeRegion(*photo.image, photo.x0, photo.y0, photo.w, photo.h, w, h);
+  if (small.empty()) {  // a window CheckPlan refuses (Run checks first): no wash
+    std::fill(wash->v.begin(), wash->v.end(), 0.0f);
+    return;
+  }
   image::UninitVector<float> lum(static_cast<size_t>(w) * static_cast<size_t>(h));  // each pass writes every element
   image::UninitVector<float> tmp(lum.size());
   auto rows = [&](auto&& fn) {

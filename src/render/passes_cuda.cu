@@ -227,13 +227,6 @@ struct ResampleArgs {
   const float* weights;  // x's weights, then y's
 };
 
-__device__ inline uint8_t RoundToByteD(float v) {
-  if (!(v > 0.0f)) return 0;
-  if (v >= 255.0f) return 255;
-  const int whole = static_cast<int>(v);
-  return static_cast<uint8_t>(whole + (v - static_cast<float>(whole) >= 0.5f ? 1 : 0));
-}
-
 __global__ void PhotoLumKernel(ResampleArgs a, float* lum, int w, int h) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
@@ -250,8 +243,8 @@ __global__ void PhotoLumKernel(ResampleArgs a, float* lum, int w, int h) {
     }
     for (int c = 0; c < 3; ++c) acc[c] += wy[k] * row[c];
   }
-  const float r = static_cast<float>(RoundToByteD(acc[0])), g = static_cast<float>(RoundToByteD(acc[1])),
-              b = static_cast<float>(RoundToByteD(acc[2]));
+  const float r = static_cast<float>(image::RoundToByte(acc[0])), g = static_cast<float>(image::RoundToByte(acc[1])),
+              b = static_cast<float>(image::RoundToByte(acc[2]));
   lum[static_cast<size_t>(y) * w + x] = (0.299f * r + 0.587f * g + 0.114f * b) / 255.0f;
 }
 
@@ -421,8 +414,9 @@ class CudaPasses final : public Passes {
     ctx_->Release(reserved_);
   }
 
-  // Allocates what `plan` needs (its canvas, dab count and photo window);
-  // the plan's photo must outlive Run, which uploads it.
+  // Allocates what `plan` (checked by MakePasses) needs: its canvas, dab
+  // count and photo window size. Run then takes a plan of that shape; the
+  // photo it names need only live until Run returns.
   Status Init(const PassPlan& plan) {
     pl_ = PlanesFor(plan.planes.w, plan.planes.h);
     max_dabs_ = std::max<size_t>(1, plan.dabs != nullptr ? plan.dabs->size() : 0);
@@ -761,6 +755,9 @@ Result<std::unique_ptr<Passes>> CudaContext::MakePasses(const PassPlan& plan) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (!impl_->lost.empty()) return Unavailable("the CUDA context is unusable since: " + impl_->lost);
   }
+  // A malformed plan (an empty or outside photo window, say) would size the
+  // allocations wrongly: refused before anything is reserved.
+  if (Status s = CheckPlan(plan); !s.ok()) return s;
   const size_t need = DeviceBytesPerRender(plan);
   if (need > impl_->budget) {
     return ResourceExhausted("render needs " + std::to_string(need >> 20) + " MiB of device memory, budget is " +

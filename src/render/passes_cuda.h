@@ -6,8 +6,9 @@
 // DeviceBytesPerRender() from the budget (waiting while other renders hold it),
 // allocates its planes and runs on its own stream. Its Run keeps every plane
 // on the device: the host sends the dab list (and a photo's window) and gets
-// the RGB back. A 4K render with 25k dabs moves 26 MB over PCIe; sending each
-// plane back and forth around every pass moved 175 MB. A CUDA error is
+// the RGB back. A 4K landscape render with 25k dabs moves 26 MB over PCIe
+// (a photo adds its window, 3 bytes a pixel: 27 MB for a 12 MP photo);
+// sending each plane back and forth around every pass moved 175 MB. A CUDA error is
 // sticky: the rest of the render does nothing and status() reports it, so
 // the Renderer redoes that render on the CPU.
 //
@@ -41,8 +42,9 @@ class CudaContext {
   // on the CPU, and only a new process can use the GPU again.
   std::string lost_reason() const;
   // Passes for one render of `plan` (its canvas, dab count and photo
-  // window), to Run with that plan. RESOURCE_EXHAUSTED when one render alone
-  // exceeds the budget; UNAVAILABLE/INTERNAL on a CUDA error.
+  // window), to Run with that plan. INTERNAL for a plan CheckPlan refuses;
+  // RESOURCE_EXHAUSTED when one render alone exceeds the budget;
+  // UNAVAILABLE/INTERNAL on a CUDA error.
   Result<std::unique_ptr<Passes>> MakePasses(const PassPlan& plan);
 
   struct Impl;

@@ -48,4 +48,25 @@ inline image::Image GradientDiscPhoto(int w, int h) {
   return photo;
 }
 
+// A photo whose channels differ: red rises along x, green along y, blue in
+// diagonal stripes, with a dark disc for edges, so a kernel that mixes up
+// channels or rows shows.
+inline image::Image ColourPhoto(int w, int h) {
+  image::Image photo;
+  photo.width = w;
+  photo.height = h;
+  photo.rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
+  const int cx = w / 3, cy = 2 * h / 3, r = std::max(1, std::min(w, h) / 4);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      uint8_t* p = photo.row(y) + static_cast<size_t>(x) * 3;
+      const bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r * r;
+      p[0] = static_cast<uint8_t>(disc ? 20 : 40 + (x * 200) / w);
+      p[1] = static_cast<uint8_t>(disc ? 35 : 250 - (y * 210) / h);
+      p[2] = static_cast<uint8_t>(((x + 2 * y) / 7) % 2 == 0 ? 230 : 15);
+    }
+  }
+  return photo;
+}
+
 }  // namespace danqing::render::testing_fixtures

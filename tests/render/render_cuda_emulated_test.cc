@@ -163,9 +163,11 @@ TEST_F(EmulatedCudaTest, PhotoWashOnTheDeviceMatchesTheCpu) {
   MakeGpu();
   const size_t textures = cudahost::BytesInUse();
   int compared = 0;
+  // 160x90 on 480x270 is the wash's own size: the CPU copies, the device
+  // resamples with weights 1 and 0. 3000x1700 on 97x65 shrinks 94 times.
   for (auto [pw, ph] : {std::pair{40, 30}, std::pair{1000, 300}, std::pair{300, 900}, std::pair{1, 1},
-                        std::pair{7, 500}, std::pair{161, 91}}) {
-    const image::Image photo = testing_fixtures::GradientDiscPhoto(pw, ph);
+                        std::pair{7, 500}, std::pair{161, 91}, std::pair{160, 90}, std::pair{3000, 1700}}) {
+    const image::Image photo = testing_fixtures::ColourPhoto(pw, ph);
     for (auto [w, h] : {std::pair{480, 270}, std::pair{97, 65}}) {
       RenderOptions o = Opts(static_cast<uint64_t>(pw + w), Background::kPhoto, w, h, Style::kXing);
       o.photo = &photo;
@@ -182,8 +184,36 @@ TEST_F(EmulatedCudaTest, PhotoWashOnTheDeviceMatchesTheCpu) {
       ++compared;
     }
   }
-  EXPECT_EQ(compared, 12);
-  EXPECT_EQ(cudahost::Calls("cudaMemcpy2DAsync"), 12) << "each render uploaded its window once";
+  EXPECT_EQ(compared, 16);
+  EXPECT_EQ(cudahost::Calls("cudaMemcpy2DAsync"), 16) << "each render uploaded its window once";
+}
+
+// The passes on their own, on canvases below the Renderer's minimum, where
+// the wash plane (at least 8x8) is larger than the wet planes the device
+// uses as its scratch: they are sized for both.
+TEST_F(EmulatedCudaTest, PhotoWashOnTinyCanvasesMatchesTheCpu) {
+  MakeGpu();
+  const Textures tex = Textures::Build();
+  const image::Image photo = testing_fixtures::ColourPhoto(50, 37);
+  const std::vector<Dab> dabs;
+  for (auto [w, h] : {std::pair{10, 10}, std::pair{3, 17}, std::pair{1, 1}}) {
+    PassPlan plan;
+    plan.planes = PlanesFor(w, h);
+    plan.dabs = &dabs;
+    const PhotoInput in = CoverPhoto(photo, plan.planes, 0.2f * w, 0.2f * h, 0.7f * w, 0.6f * h);
+    plan.photo = &in;
+    ASSERT_GT(static_cast<size_t>(plan.planes.lw) * plan.planes.lh,
+              static_cast<size_t>(plan.planes.ww) * plan.planes.wh);
+    std::vector<uint8_t> want(static_cast<size_t>(w) * h * 3), got(want.size());
+    CpuPasses cpu(2);
+    cpu.Run(plan, tex, want.data(), nullptr, nullptr);
+    ASSERT_TRUE(cpu.status().ok()) << cpu.status().ToString();
+    auto passes = device_->MakePasses(plan);
+    ASSERT_TRUE(passes.ok()) << passes.status().ToString();
+    (*passes)->Run(plan, tex, got.data(), nullptr, nullptr);
+    ASSERT_TRUE((*passes)->status().ok()) << (*passes)->status().ToString();
+    EXPECT_EQ(got, want) << w << "x" << h;
+  }
 }
 
 // The photo is part of the reservation: a render whose window does not fit
@@ -235,6 +265,17 @@ TEST_F(EmulatedCudaTest, PhotoUploadFailureFallsBackAndWindowsMustMatch) {
   PhotoInput other = reserved;
   other.w -= 1;
   plan.photo = &other;
+  // A malformed window is refused before anything is reserved.
+  PhotoInput outside = reserved;
+  outside.x0 = photo.width;
+  PassPlan bad = plan;
+  bad.photo = &outside;
+  const int allocations = cudahost::Calls("cudaMallocAsync");
+  auto refused = device_->MakePasses(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInternal);
+  EXPECT_NE(refused.status().message().find("photo window"), std::string::npos) << refused.status().message();
+  EXPECT_EQ(cudahost::Calls("cudaMallocAsync"), allocations);
   std::vector<uint8_t> rgb(240 * 160 * 3, 42);
   (*passes)->Run(plan, tex, rgb.data(), nullptr, nullptr);
   EXPECT_EQ((*passes)->status().code(), StatusCode::kInternal);

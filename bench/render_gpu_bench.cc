@@ -7,8 +7,10 @@
 // of that row (their planes; read from the CUDA runtime), which sizes a MIG
 // slice or DANQING_GPU_MEMORY_MB.
 // --photo FILE: every render on that photo (Background::kPhoto, the service's
-// usual case) instead of the landscape.
-// Usage: render_gpu_bench [--renders N] [--photo FILE] [--cpu-only | --host-only]
+// usual case) instead of the landscape. --photo-size WxH: on a synthetic
+// photo of that size (testing_fixtures::ColourPhoto), e.g. a 12 MP phone
+// photo, whose window upload then shows in the GPU rows.
+// Usage: render_gpu_bench [--renders N] [--photo FILE | --photo-size WxH] [--cpu-only | --host-only]
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "render/backend.h"
 #include "render/passes.h"
 #include "render/renderer.h"
+#include "testing/support/render_fixtures.h"
 
 #ifdef DANQING_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -205,17 +208,32 @@ int main(int argc, char** argv) {
   int renders = 16;
   bool cpu_only = false, host_only = false;
   const char* photo_path = nullptr;
+  const char* photo_size = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--renders") == 0 && i + 1 < argc) renders = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--photo") == 0 && i + 1 < argc) photo_path = argv[++i];
+    else if (std::strcmp(argv[i], "--photo-size") == 0 && i + 1 < argc) photo_size = argv[++i];
     else if (std::strcmp(argv[i], "--cpu-only") == 0) cpu_only = true;
     else if (std::strcmp(argv[i], "--host-only") == 0) host_only = true;
     else {
-      std::fprintf(stderr, "usage: render_gpu_bench [--renders N] [--photo FILE] [--cpu-only | --host-only]\n");
+      std::fprintf(stderr,
+                   "usage: render_gpu_bench [--renders N] [--photo FILE | --photo-size WxH] [--cpu-only | --host-only]\n");
       return 2;
     }
   }
   danqing::image::Image photo;
+  if (photo_size != nullptr) {
+    int pw = 0, ph = 0;
+    char x = 0, rest = 0;
+    if (photo_path != nullptr || std::sscanf(photo_size, "%d%c%d%c", &pw, &x, &ph, &rest) != 3 || x != 'x' ||
+        pw < 1 || ph < 1 || static_cast<int64_t>(pw) * ph > 50'000'000) {
+      std::fprintf(stderr, "--photo-size %s: expected WxH, at most 50 megapixels, and no --photo\n", photo_size);
+      return 2;
+    }
+    photo = danqing::render::testing_fixtures::ColourPhoto(pw, ph);
+    g_photo = &photo;
+    std::printf("background: synthetic photo %dx%d\n", pw, ph);
+  }
   if (photo_path != nullptr) {
     auto decoded = danqing::image::ReadFile(photo_path);
     if (!decoded.ok()) {

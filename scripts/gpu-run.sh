@@ -93,6 +93,8 @@ if [ -f "$PHOTO" ]; then
   "$BENCH" --renders 8 --photo "$PHOTO" 2>&1 | tee "$LOG/render_gpu_bench_photo.log" || rc=1
   step "host share of a photo render on this machine's CPU"
   "$BENCH" --host-only --renders 20 --photo "$PHOTO" 2>&1 | tee "$LOG/render_host_share_photo.log" || rc=1
+  step "GPU benchmark on a 12 MP phone-size photo (synthetic; its 27 MB window is uploaded per render)"
+  "$BENCH" --renders 8 --photo-size 4000x3000 2>&1 | tee "$LOG/render_gpu_bench_photo12mp.log" || rc=1
 else
   echo "no test photo found: photo rows skipped"
   notes="$notes; photo rows NOT run"

@@ -248,8 +248,8 @@ __global__ void PhotoLumKernel(ResampleArgs a, float* lum, int w, int h) {
   lum[static_cast<size_t>(y) * w + x] = (0.299f * r + 0.587f * g + 0.114f * b) / 255.0f;
 }
 
-// A radius-2 box blur along x (dx 1) or y (dx 0): the five neighbours in
-// k = -2..2 order, the edge pixel repeated, over 5.
+// A radius-2 box blur along x (along_x 1) or y (along_x 0): the five
+// neighbours in k = -2..2 order, the edge pixel repeated, over 5.
 __global__ void BoxBlurKernel(const float* in, float* out, int w, int h, int along_x) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs the GPU checks of the CUDA render backend (issue 11) into .gpu/ for a
 # GPU machine that has a driver but none of the project's build dependencies
-# (the device tool's H200: no package registry there). Builds the three test
+# (the device tool's H200: no package registry there). Builds the four test
 # and bench binaries here with CUDA (build/default, sm_90 + PTX, static
 # cudart), strips them, and copies the shared libraries they load from this
 # Debian 12 machine (glibc itself excepted), the stroke data and the UKai font.
@@ -15,12 +15,12 @@ if ! grep -q '^DANQING_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
   echo "gpu-bundle: $BUILD is not configured with DANQING_CUDA=ON (is nvcc at /usr/local/cuda?)" >&2
   exit 1
 fi
-cmake --build "$BUILD" --target render_backend_test render_test render_gpu_bench danqing_strokes
+cmake --build "$BUILD" --target render_backend_test render_test render_gpu_bench transfer_bench danqing_strokes
 
 OUTDIR=.gpu
 rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR"/{bin,lib,lib-cxx,data,font,photos}
-for b in tests/render_backend_test tests/render_test bench/render_gpu_bench; do
+for b in tests/render_backend_test tests/render_test bench/render_gpu_bench bench/transfer_bench; do
   strip --strip-debug -o "$OUTDIR/bin/$(basename "$b")" "$BUILD/$b"
 done
 # Every shared library the binaries load, except the C library's own parts

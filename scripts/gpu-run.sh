@@ -100,6 +100,14 @@ else
   notes="$notes; photo rows NOT run"
 fi
 
+TRANSFER=$(find_bin transfer_bench 2>/dev/null) || TRANSFER=""
+if [ -n "$TRANSFER" ]; then
+  step "PCIe copies of a render: pageable (the backend now) against pinned"
+  "$TRANSFER" 2>&1 | tee "$LOG/transfer_bench.log" || rc=1
+else
+  notes="$notes; transfer_bench NOT run (not built)"
+fi
+
 step "nvidia-smi after"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv || true
 echo

@@ -115,45 +115,43 @@ int main(int argc, char** argv) {
   auto sync = [&] { return Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); };
 
   std::printf("%-34s %8s %9s %8s %9s\n", "case", "MB", "wall ms", "GB/s", "host ms");
-  Timing t{};
   bool ok = true;
-  ok = ok && Time(reps, [&] {
+  // One row: op timed, unless an earlier case failed.
+  auto run_case = [&](const char* name, size_t bytes, const std::function<bool()>& op) {
+    Timing t{};
+    ok = ok && Time(reps, op, &t);
+    if (ok) Row(name, bytes, t);
+  };
+  run_case("download 4K RGB, pageable", rgb_bytes, [&] {
     return Check(cudaMemcpyAsync(image.data(), dev, rgb_bytes, cudaMemcpyDeviceToHost, stream), "d2h") && sync();
-  }, &t);
-  if (ok) Row("download 4K RGB, pageable", rgb_bytes, t);
-  ok = ok && Time(reps, [&] {
+  });
+  run_case("download 4K RGB, pinned", rgb_bytes, [&] {
     return Check(cudaMemcpyAsync(pinned, dev, rgb_bytes, cudaMemcpyDeviceToHost, stream), "d2h") && sync();
-  }, &t);
-  if (ok) Row("download 4K RGB, pinned", rgb_bytes, t);
-  ok = ok && Time(reps, [&] {
+  });
+  run_case("download 4K RGB, pinned + copy out", rgb_bytes, [&] {
     if (!Check(cudaMemcpyAsync(pinned, dev, rgb_bytes, cudaMemcpyDeviceToHost, stream), "d2h") || !sync()) return false;
     std::memcpy(image.data(), pinned, rgb_bytes);
     return true;
-  }, &t);
-  if (ok) Row("download 4K RGB, pinned + copy out", rgb_bytes, t);
-  ok = ok && Time(reps, [&] {
+  });
+  run_case("download 4K RGB, registered", rgb_bytes, [&] {
     if (!Check(cudaHostRegister(image.data(), rgb_bytes, cudaHostRegisterDefault), "cudaHostRegister")) return false;
     const bool copied =
         Check(cudaMemcpyAsync(image.data(), dev, rgb_bytes, cudaMemcpyDeviceToHost, stream), "d2h") && sync();
     return Check(cudaHostUnregister(image.data()), "cudaHostUnregister") && copied;
-  }, &t);
-  if (ok) Row("download 4K RGB, registered", rgb_bytes, t);
+  });
 
   const uint8_t* window = photo.data() + size_t{(photo_h - win_h) / 2} * photo_pitch + size_t{(photo_w - win_w) / 2} * 3;
-  ok = ok && Time(reps, [&] {
+  run_case("upload 12 MP window, pageable 2-D", win_bytes, [&] {
     return Check(cudaMemcpy2DAsync(dev, win_row, window, photo_pitch, win_row, win_h, cudaMemcpyHostToDevice, stream),
                  "h2d 2d") &&
            sync();
-  }, &t);
-  if (ok) Row("upload 12 MP window, pageable 2-D", win_bytes, t);
-  ok = ok && Time(reps, [&] {
+  });
+  run_case("upload 12 MP window, pageable 1-D", win_bytes, [&] {
     return Check(cudaMemcpyAsync(dev, photo.data(), win_bytes, cudaMemcpyHostToDevice, stream), "h2d") && sync();
-  }, &t);
-  if (ok) Row("upload 12 MP window, pageable 1-D", win_bytes, t);
-  ok = ok && Time(reps, [&] {
+  });
+  run_case("upload 12 MP window, pinned", win_bytes, [&] {
     return Check(cudaMemcpyAsync(dev, pinned, win_bytes, cudaMemcpyHostToDevice, stream), "h2d") && sync();
-  }, &t);
-  if (ok) Row("upload 12 MP window, pinned", win_bytes, t);
+  });
 
   cudaFreeHost(pinned);
   cudaFree(dev);

@@ -31,42 +31,41 @@ inline RenderOptions Opts(uint64_t seed, Background bg, int w, int h, Style styl
   return o;
 }
 
-// A grey gradient with a dark disc: tones and edges for the photo wash.
-// w x h; the disc sits at (5w/8, 5h/12) with radius 5w/32.
-inline image::Image GradientDiscPhoto(int w, int h) {
+// A w x h photo whose pixel (x, y) is pixel(x, y, rgb), and whether (x, y)
+// lies in the disc of radius r about (cx, cy).
+template <typename Pixel>
+image::Image SyntheticPhoto(int w, int h, int cx, int cy, int r, Pixel pixel) {
   image::Image photo;
   photo.width = w;
   photo.height = h;
   photo.rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
-  const int cx = 5 * w / 8, cy = 5 * h / 12, r = 5 * w / 32;
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {
       const bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r * r;
-      std::fill_n(photo.row(y) + static_cast<size_t>(x) * 3, 3, static_cast<uint8_t>(disc ? 30 : 60 + (x * 180) / w));
+      pixel(x, y, disc, photo.row(y) + static_cast<size_t>(x) * 3);
     }
   }
   return photo;
+}
+
+// A grey gradient with a dark disc: tones and edges for the photo wash.
+// w x h; the disc sits at (5w/8, 5h/12) with radius 5w/32.
+inline image::Image GradientDiscPhoto(int w, int h) {
+  return SyntheticPhoto(w, h, 5 * w / 8, 5 * h / 12, 5 * w / 32, [w](int x, int, bool disc, uint8_t* p) {
+    std::fill_n(p, 3, static_cast<uint8_t>(disc ? 30 : 60 + (x * 180) / w));
+  });
 }
 
 // A photo whose channels differ: red rises along x, green along y, blue in
 // diagonal stripes, with a dark disc for edges, so a kernel that mixes up
 // channels or rows shows.
 inline image::Image ColourPhoto(int w, int h) {
-  image::Image photo;
-  photo.width = w;
-  photo.height = h;
-  photo.rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
-  const int cx = w / 3, cy = 2 * h / 3, r = std::max(1, std::min(w, h) / 4);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      uint8_t* p = photo.row(y) + static_cast<size_t>(x) * 3;
-      const bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r * r;
-      p[0] = static_cast<uint8_t>(disc ? 20 : 40 + (x * 200) / w);
-      p[1] = static_cast<uint8_t>(disc ? 35 : 250 - (y * 210) / h);
-      p[2] = static_cast<uint8_t>(((x + 2 * y) / 7) % 2 == 0 ? 230 : 15);
-    }
-  }
-  return photo;
+  const int r = std::max(1, std::min(w, h) / 4);
+  return SyntheticPhoto(w, h, w / 3, 2 * h / 3, r, [w, h](int x, int y, bool disc, uint8_t* p) {
+    p[0] = static_cast<uint8_t>(disc ? 20 : 40 + (x * 200) / w);
+    p[1] = static_cast<uint8_t>(disc ? 35 : 250 - (y * 210) / h);
+    p[2] = static_cast<uint8_t>(((x + 2 * y) / 7) % 2 == 0 ? 230 : 15);
+  });
 }
 
 }  // namespace danqing::render::testing_fixtures

@@ -58,7 +58,7 @@ size_t DeviceBytesPerRender(int w, int h, size_t dabs, int photo_w, int photo_h)
   const CanvasPlanes p = PlanesFor(w, h);
   auto px = [](int a, int b) { return static_cast<size_t>(a) * static_cast<size_t>(b); };
   size_t bytes = px(p.w, p.h) * 4 +                                // ink
-                 2 * std::max(px(p.ww, p.wh), px(p.lw, p.lh)) * 4 +  // wet, ping-pong; photo scratch
+                 2 * p.wet_buffer_px() * 4 +                       // wet, ping-pong; photo scratch
                  2 * px(p.lw, p.lh) * 4 +                          // wash and paper blotches
                  px(p.w, p.h) * 3 +                                // RGB out
                  dabs * sizeof(Dab) +                              // dab list

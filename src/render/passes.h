@@ -95,6 +95,13 @@ struct CanvasPlanes {
   int ww = 0, wh = 0;  // wet ink
   int lw = 0, lh = 0;  // wash and blotches
   float wet_scale() const { return static_cast<float>(ww) / static_cast<float>(w); }
+  // Pixels of each of the CUDA backend's two wet buffers: the wet plane, or
+  // the wash if larger (they double as the photo wash's scratch planes).
+  size_t wet_buffer_px() const {
+    const size_t wet = static_cast<size_t>(ww) * static_cast<size_t>(wh);
+    const size_t wash = static_cast<size_t>(lw) * static_cast<size_t>(lh);
+    return wet > wash ? wet : wash;
+  }
 };
 CanvasPlanes PlanesFor(int w, int h);
 

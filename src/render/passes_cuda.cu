@@ -420,8 +420,7 @@ class CudaPasses final : public Passes {
   Status Init(const PassPlan& plan) {
     pl_ = PlanesFor(plan.planes.w, plan.planes.h);
     max_dabs_ = std::max<size_t>(1, plan.dabs != nullptr ? plan.dabs->size() : 0);
-    // The wet planes double as the photo wash's two scratch planes.
-    const size_t wet_px = std::max(Px(pl_.ww, pl_.wh), Px(pl_.lw, pl_.lh));
+    const size_t wet_px = pl_.wet_buffer_px();  // also the photo wash's scratch
     cudaGetLastError();  // start from a clean slate on this thread
     if (!Ok(cudaSetDevice(ctx_->device), "cudaSetDevice") ||
         !Ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate") ||

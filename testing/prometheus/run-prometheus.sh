@@ -6,7 +6,8 @@
 #
 # DIR       a directory it may write to (config, TSDB, the chosen port)
 # TARGET    host:port of the /metrics endpoint to scrape (job "danqing")
-# PORT      port to listen on; default: a free one probed on 127.0.0.1
+# PORT      port to listen on; default: a free one probed on 127.0.0.1,
+#           below the ephemeral port range
 # INTERVAL  scrape interval; default 1s
 #
 # Writes DIR/prometheus.yml and, once the port is chosen, DIR/port, then
@@ -27,9 +28,17 @@ command -v "$bin" >/dev/null || { echo "$0: $bin not found (apt-get install prom
 mkdir -p "$dir/data"
 
 if [ -z "$port" ]; then
-  # A port nobody answers on; Prometheus fails loudly if it is taken meanwhile.
+  # A port nobody answers on, outside the kernel's ephemeral range: inside it,
+  # the local end of any outgoing connection (a scrape, a test's client) can
+  # hold the port a moment later, and Prometheus then fails to bind. Whoever
+  # starts this should still retry on "address already in use".
+  read -r eph_lo eph_hi < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null ||
+    { eph_lo=32768; eph_hi=60999; }
+  if [ "$eph_lo" -gt 11024 ]; then lo=10000; span=$((eph_lo - 10000))
+  else lo=$((eph_hi + 1)); span=$((65536 - lo)); fi
+  [ "$span" -gt 0 ] || { echo "$0: no port range outside the ephemeral one" >&2; exit 1; }
   for _ in $(seq 1 100); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((lo + RANDOM % span))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
   done
   [ -n "$port" ] || { echo "$0: no free port found" >&2; exit 1; }

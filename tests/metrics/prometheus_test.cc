@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -42,6 +44,50 @@ json WaitFor(int port, const std::string& promql, size_t want) {
   return r;
 }
 
+struct Prometheus {
+  std::unique_ptr<danqing::testing::ChildProcess> proc;
+  int port = 0;
+};
+
+// Starts a real Prometheus through the project's script, scraping `target`,
+// and waits until it answers /-/ready. The script probes for a free port, and
+// another process can take it before Prometheus binds it; Prometheus then
+// exits, and this starts it again in a new directory (so on a new port), up
+// to three times. On failure `proc` is null and `log` holds every attempt's output.
+Prometheus StartPrometheus(const std::string& dir, const std::string& target, std::string* log) {
+  const std::string script =
+      std::string(DANQING_SOURCE_DIR) + "/testing/prometheus/run-prometheus.sh";
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string pdir = dir + "/prom-" + std::to_string(attempt);
+    auto proc = std::make_unique<danqing::testing::ChildProcess>(
+        std::vector<std::string>{"/bin/bash", script, pdir, target});
+    // The script writes the port before it execs prometheus.
+    auto read_port = [&pdir] {
+      int p = 0;
+      std::ifstream in(pdir + "/port");
+      return (in >> p) ? p : 0;
+    };
+    int port = 0;
+    for (int i = 0; i < 200 && (port = read_port()) == 0 && proc->Wait(0) < 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (port == 0) port = read_port();  // it may have exited just after writing it
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (port > 0 && proc->Wait(0) < 0 && std::chrono::steady_clock::now() < deadline) {
+      httplib::Client cli("127.0.0.1", port);
+      cli.set_connection_timeout(1);
+      auto res = cli.Get("/-/ready");
+      if (res && res->status == 200) return {std::move(proc), port};
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    *log += "attempt " + std::to_string(attempt + 1) + " (port " + std::to_string(port) +
+            "):\n" + proc->Output() + "\n";
+    // Still running but never ready, or no port: a retry would not help.
+    if (port == 0 || proc->Wait(0) < 0) break;
+  }
+  return {};
+}
+
 TEST(PrometheusTest, RealPrometheusScrapesSeriesAndLabels) {
   if (::access("/usr/bin/prometheus", X_OK) != 0) {
     GTEST_SKIP()
@@ -64,19 +110,13 @@ TEST(PrometheusTest, RealPrometheusScrapesSeriesAndLabels) {
   auto ex = Exporter::Start(o, node.MakeSources());
   ASSERT_TRUE(ex.ok()) << ex.status().ToString();
 
-  std::string script = std::string(DANQING_SOURCE_DIR) + "/testing/prometheus/run-prometheus.sh";
-  danqing::testing::ChildProcess prom(
-      {"/bin/bash", script, dir.path() + "/prom", "127.0.0.1:" + std::to_string((*ex)->port())});
-  // The script writes the port before it execs prometheus.
-  int port = 0;
-  for (int i = 0; i < 200 && port == 0; ++i) {
-    std::ifstream in(dir.path() + "/prom/port");
-    if (!(in >> port)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_GT(port, 0) << prom.Output();
+  std::string log;
+  auto prom = StartPrometheus(dir.path(), "127.0.0.1:" + std::to_string((*ex)->port()), &log);
+  ASSERT_TRUE(prom.proc) << "Prometheus did not start:\n" << log;
+  const int port = prom.port;
 
   auto up = WaitFor(port, "up{job=\"danqing\"} == 1", 1);
-  ASSERT_EQ(up.size(), 1u) << "Prometheus never scraped the exporter:\n" << prom.Output();
+  ASSERT_EQ(up.size(), 1u) << "Prometheus never scraped the exporter:\n" << prom.proc->Output();
 
   auto util = WaitFor(port, "DCGM_FI_DEV_FB_USED", 4 + 4 + 7 + 2);
   ASSERT_EQ(util.size(), 17u) << util.dump();  // 4 GPUs + 13 MIG devices

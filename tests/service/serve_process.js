@@ -38,24 +38,34 @@ function post(port, path, body, headers) {
   });
 }
 
+// The port is free when probed, but another process may bind it before the
+// child does; the child then exits, and this starts it again on another port
+// (three attempts in all).
 async function startServe(binary, extraArgs = []) {
-  const port = await freePort();
-  const child = spawn(binary, ['serve', '--host', '127.0.0.1', '--port', String(port), ...extraArgs], {
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
-  for (let i = 0; i < 600; i++) {
-    if (child.exitCode !== null) throw new Error('danqing serve exited early with ' + child.exitCode);
-    try {
-      const r = await get(port, '/readyz');
-      if (r.status === 200) return { port, child, exited };
-    } catch (e) {
-      // not listening yet
+  let lastExit = null;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const port = await freePort();
+    const child = spawn(binary, ['serve', '--host', '127.0.0.1', '--port', String(port), ...extraArgs], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    for (let i = 0; i < 600 && child.exitCode === null; i++) {
+      try {
+        const r = await get(port, '/readyz');
+        if (r.status === 200) return { port, child, exited };
+      } catch (e) {
+        // not listening yet
+      }
+      await new Promise((r) => setTimeout(r, 100));
     }
-    await new Promise((r) => setTimeout(r, 100));
+    if (child.exitCode === null) {
+      child.kill('SIGKILL');
+      throw new Error('danqing serve did not become ready');
+    }
+    lastExit = child.exitCode;
+    console.error(`danqing serve exited early with ${lastExit} (attempt ${attempt + 1}, port ${port})`);
   }
-  child.kill('SIGKILL');
-  throw new Error('danqing serve did not become ready');
+  throw new Error('danqing serve exited early with ' + lastExit + ', three times');
 }
 
 module.exports = { freePort, get, post, startServe };

@@ -1,20 +1,8 @@
-// Helpers for the tests that run the `danqing serve` binary: a free port,
-// start, wait until ready, stop with SIGTERM.
+// Helpers for the tests that run the `danqing serve` binary: start it on a
+// port of the kernel's choosing, wait until ready, stop with SIGTERM.
 'use strict';
 const { spawn } = require('child_process');
 const http = require('http');
-const net = require('net');
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 function get(port, path) {
   return new Promise((resolve, reject) => {
@@ -38,34 +26,38 @@ function post(port, path, body, headers) {
   });
 }
 
-// The port is free when probed, but another process may bind it before the
-// child does; the child then exits, and this starts it again on another port
-// (three attempts in all).
+// The server binds a port of the kernel's choosing (--port 0) and logs it
+// ("serving on http://127.0.0.1:PORT"); nothing probes for a free port, so no
+// other process can take it in between. Its output still reaches ours.
 async function startServe(binary, extraArgs = []) {
-  let lastExit = null;
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const port = await freePort();
-    const child = spawn(binary, ['serve', '--host', '127.0.0.1', '--port', String(port), ...extraArgs], {
-      stdio: ['ignore', 'inherit', 'inherit'],
+  const child = spawn(binary, ['serve', '--host', '127.0.0.1', '--port', '0', ...extraArgs], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  let log = '';
+  for (const [from, to] of [[child.stdout, process.stdout], [child.stderr, process.stderr]]) {
+    from.on('data', (chunk) => {
+      log += chunk.toString();
+      to.write(chunk);
     });
-    const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
-    for (let i = 0; i < 600 && child.exitCode === null; i++) {
+  }
+  let port = 0;
+  for (let i = 0; i < 600; i++) {
+    if (child.exitCode !== null) throw new Error('danqing serve exited early with ' + child.exitCode);
+    const m = port === 0 ? /serving on http:\/\/127\.0\.0\.1:(\d+)/.exec(log) : null;
+    if (m) port = Number(m[1]);
+    if (port !== 0) {
       try {
         const r = await get(port, '/readyz');
         if (r.status === 200) return { port, child, exited };
       } catch (e) {
-        // not listening yet
+        // not answering yet
       }
-      await new Promise((r) => setTimeout(r, 100));
     }
-    if (child.exitCode === null) {
-      child.kill('SIGKILL');
-      throw new Error('danqing serve did not become ready');
-    }
-    lastExit = child.exitCode;
-    console.error(`danqing serve exited early with ${lastExit} (attempt ${attempt + 1}, port ${port})`);
+    await new Promise((r) => setTimeout(r, 100));
   }
-  throw new Error('danqing serve exited early with ' + lastExit + ', three times');
+  child.kill('SIGKILL');
+  throw new Error('danqing serve did not become ready' + (port === 0 ? ' (no "serving on" line in its log)' : ''));
 }
 
-module.exports = { freePort, get, post, startServe };
+module.exports = { get, post, startServe };

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <fstream>
 #include <memory>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -50,41 +50,33 @@ struct Prometheus {
 };
 
 // Starts a real Prometheus through the project's script, scraping `target`,
-// and waits until it answers /-/ready. The script probes for a free port, and
-// another process can take it before Prometheus binds it; Prometheus then
-// exits, and this starts it again in a new directory (so on a new port), up
-// to three times. On failure `proc` is null and `log` holds every attempt's output.
+// on a port the kernel chooses as it binds (nothing to race), which it logs;
+// waits until it answers /-/ready, up to 60 s. On failure `proc` is null and
+// `log` holds its output.
 Prometheus StartPrometheus(const std::string& dir, const std::string& target, std::string* log) {
   const std::string script =
       std::string(DANQING_SOURCE_DIR) + "/testing/prometheus/run-prometheus.sh";
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const std::string pdir = dir + "/prom-" + std::to_string(attempt);
-    auto proc = std::make_unique<danqing::testing::ChildProcess>(
-        std::vector<std::string>{"/bin/bash", script, pdir, target});
-    // The script writes the port before it execs prometheus.
-    auto read_port = [&pdir] {
-      int p = 0;
-      std::ifstream in(pdir + "/port");
-      return (in >> p) ? p : 0;
-    };
-    int port = 0;
-    for (int i = 0; i < 200 && (port = read_port()) == 0 && proc->Wait(0) < 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto proc = std::make_unique<danqing::testing::ChildProcess>(
+      std::vector<std::string>{"/bin/bash", script, dir + "/prom", target});
+  static const std::regex kListening(R"(msg="Listening on" address=127\.0\.0\.1:([0-9]+))");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int port = 0;
+  while (proc->Wait(0) < 0 && std::chrono::steady_clock::now() < deadline) {
+    if (port == 0) {
+      std::smatch m;
+      const std::string out = proc->Output();
+      if (std::regex_search(out, m, kListening)) port = std::stoi(m[1].str());
     }
-    if (port == 0) port = read_port();  // it may have exited just after writing it
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (port > 0 && proc->Wait(0) < 0 && std::chrono::steady_clock::now() < deadline) {
+    if (port != 0) {
       httplib::Client cli("127.0.0.1", port);
       cli.set_connection_timeout(1);
       auto res = cli.Get("/-/ready");
       if (res && res->status == 200) return {std::move(proc), port};
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    *log += "attempt " + std::to_string(attempt + 1) + " (port " + std::to_string(port) +
-            "):\n" + proc->Output() + "\n";
-    // Still running but never ready, or no port: a retry would not help.
-    if (port == 0 || proc->Wait(0) < 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  *log = (port == 0 ? "no \"Listening on\" line in its log" : "port " + std::to_string(port) + " never ready") +
+         std::string(":\n") + proc->Output();
   return {};
 }
 

@@ -826,6 +826,8 @@ TEST(Resize, RegionMatchesTheDefinition) {
     ExpectResizedWindow(src, 13, 7, 71, 45, w, h);
     ExpectResizedWindow(src, 0, 0, 97, 61, w, h);
   }
+  // Resize is the whole-image region.
+  EXPECT_TRUE(ResizeRegion(src, 0, 0, 97, 61, 30, 20).rgb == Resize(src, 30, 20).rgb);
   // One pixel, one row and one column, grown.
   ExpectResizedWindow(src, 5, 5, 1, 1, 7, 3);
   ExpectResizedWindow(src, 5, 5, 9, 1, 20, 4);

@@ -114,6 +114,12 @@ bool PngReadInfo(PngReadContext* ctx, const Limits* limits, PngLayout* out) {
   if (setjmp(png_jmpbuf(ctx->png))) return false;
   png_structp png = ctx->png;
   png_set_user_limits(png, uint32_t(limits->max_side), uint32_t(limits->max_side));
+  // Skip every ancillary chunk but tRNS (num_chunks -1: all chunks except
+  // IHDR, PLTE, tRNS, IDAT and IEND): nothing else is used, and libpng sizes
+  // a text or ICC chunk's buffer by its declared length, so a 100-byte upload
+  // declaring a 2 GB tEXt chunk made it allocate 2 GB (its over-length check
+  // only warns). Skipped chunks are read past in small pieces.
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, nullptr, -1);
   png_set_read_fn(png, ctx, PngReadBytes);
   png_read_info(png, ctx->info);
   int depth = png_get_bit_depth(png, ctx->info);

@@ -6,8 +6,8 @@
 
 #include <chrono>
 #include <memory>
-#include <regex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
 #include "metrics/exporter.h"

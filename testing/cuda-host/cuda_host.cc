@@ -6,20 +6,32 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <numeric>
+#include <random>
+#include <vector>
 
 thread_local uint3 blockIdx;
 thread_local uint3 threadIdx;
 thread_local dim3 blockDim;
 thread_local dim3 gridDim;
 
+// A unit of queued work: run(true) does it; run(false) drops it (the context
+// was lost first), releasing only what the emulation itself holds.
+using Work = std::function<void(bool run)>;
+
 struct CUstream_st {
-  int id = 0;
+  std::mutex mu;
+  std::deque<Work> queue;
 };
 struct CUevent_st {
+  std::mutex mu;
   std::chrono::steady_clock::time_point at{};
-  bool recorded = false;
+  enum { kNever, kQueued, kDone } state = kNever;
+  int queued = 0;          // records still in a stream's queue
+  bool destroyed = false;  // destroyed while queued: the last record deletes it
 };
 struct CUmemPoolHandle_st {
   uint64_t release_threshold = 0;
@@ -40,6 +52,7 @@ struct State {
   };
   std::multimap<std::string, Fault> faults;
   cudaError_t sticky = cudaSuccess;  // a lost context: every call returns it
+  uint64_t launches = 0;             // since Reset: varies kShuffled's permutations
   int violations = 0;
   std::string last_violation;
   CUmemPoolHandle_st pool;
@@ -90,6 +103,45 @@ cudahost::Config ConfigNow() {
 cudaError_t Fail(cudaError_t e) {
   last_error = e;
   return e;
+}
+
+// The context is lost (first error wins), as by a fault in queued work.
+void Lose(cudaError_t e) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.sticky == cudaSuccess) s.sticky = e;
+}
+
+cudaError_t StickyNow() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.sticky;
+}
+
+// Queues work on a stream; the null stream runs it at once.
+void Enqueue(cudaStream_t stream, Work work) {
+  if (stream == nullptr) {
+    work(StickyNow() == cudaSuccess);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(stream->mu);
+  stream->queue.push_back(std::move(work));
+}
+
+// Runs the stream's queue in order on this thread; once the context is lost
+// (before or by one of them), the rest is dropped.
+void Drain(cudaStream_t stream) {
+  if (stream == nullptr) return;
+  for (;;) {
+    Work work;
+    {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      if (stream->queue.empty()) return;
+      work = std::move(stream->queue.front());
+      stream->queue.pop_front();
+    }
+    work(StickyNow() == cudaSuccess);
+  }
 }
 
 void Violation(const std::string& what) {
@@ -144,15 +196,42 @@ cudaError_t Release(void* p) {
   return cudaSuccess;
 }
 
-cudaError_t Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* api) {
-  if (cudaError_t e = Enter(api); e != cudaSuccess) return Fail(e);
+// Whether the device side of a copy of `rows` rows of `width` bytes, each
+// `pitch` apart, lies in one live allocation (the span from the first row's
+// start to the last row's end).
+bool CopyInDevice(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                  cudaMemcpyKind kind) {
   const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  if ((dst_dev && !InDevice(dst, bytes)) || (src_dev && !InDevice(src, bytes))) {
-    Violation(std::string(api) + ": " + std::to_string(bytes) + " bytes outside a device allocation");
+  return (!dst_dev || InDevice(dst, dpitch * (rows - 1) + width)) &&
+         (!src_dev || InDevice(src, spitch * (rows - 1) + width));
+}
+
+// A copy checked when it is called and queued on `stream` (the null stream:
+// done now). When it runs, its device memory is checked again: freed meanwhile,
+// it is an illegal address, which loses the context.
+cudaError_t Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                   cudaMemcpyKind kind, cudaStream_t stream, const char* api) {
+  if (cudaError_t e = Enter(api); e != cudaSuccess) return Fail(e);
+  if (dpitch < width || spitch < width) return Fail(cudaErrorInvalidValue);
+  if (width == 0 || rows == 0) return cudaSuccess;
+  const std::string what = std::string(api) + ": " + (rows > 1 ? std::to_string(rows) + " rows of " : "") +
+                           std::to_string(width) + " bytes outside a device allocation";
+  if (!CopyInDevice(dst, dpitch, src, spitch, width, rows, kind)) {
+    Violation(what);
     return Fail(cudaErrorInvalidValue);
   }
-  if (bytes > 0) std::memmove(dst, src, bytes);
+  Enqueue(stream, [=](bool run) {
+    if (!run) return;
+    if (!CopyInDevice(dst, dpitch, src, spitch, width, rows, kind)) {
+      Violation(what + ", when it ran");
+      Lose(cudaErrorIllegalAddress);
+      return;
+    }
+    for (size_t r = 0; r < rows; ++r) {
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    }
+  });
   return cudaSuccess;
 }
 
@@ -241,16 +320,18 @@ cudaError_t cudaFree(void* p) {
 
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaMallocAsync"); e != cudaSuccess) return Fail(e);
-  (void)stream;  // synchronous here; the null stream is the default stream, as in CUDA
+  (void)stream;  // the memory exists at once (on a device: from this point in the stream's order)
   cudaError_t e = Allocate(p, bytes);
   return e == cudaSuccess ? e : Fail(e);
 }
 
+// The memory goes when the stream reaches the free.
 cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaFreeAsync"); e != cudaSuccess) return Fail(e);
-  (void)stream;
-  cudaError_t e = Release(p);
-  return e == cudaSuccess ? e : Fail(e);
+  Enqueue(stream, [p](bool run) {
+    if (run) Release(p);
+  });
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
@@ -268,47 +349,41 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
   return cudaSuccess;
 }
 
+// Synchronous, on the legacy default stream, which does not wait for the
+// non-blocking streams the backend uses.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  return Copy(dst, src, bytes, kind, "cudaMemcpy");
+  return Copy2D(dst, bytes, src, bytes, bytes, 1, kind, nullptr, "cudaMemcpy");
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
-  (void)stream;
-  return Copy(dst, src, bytes, kind, "cudaMemcpyAsync");
+  return Copy2D(dst, bytes, src, bytes, bytes, 1, kind, stream, "cudaMemcpyAsync");
 }
 
 // height rows of width bytes, each pitch apart; as on a device, a pitch
 // below the width is refused, and every byte of every row must lie in one
-// allocation (the span from the first row's start to the last row's end).
+// allocation.
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream) {
-  (void)stream;
-  const char* api = "cudaMemcpy2DAsync";
-  if (cudaError_t e = Enter(api); e != cudaSuccess) return Fail(e);
-  if (dpitch < width || spitch < width) return Fail(cudaErrorInvalidValue);
-  if (width == 0 || height == 0) return cudaSuccess;
-  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  if ((dst_dev && !InDevice(dst, dpitch * (height - 1) + width)) ||
-      (src_dev && !InDevice(src, spitch * (height - 1) + width))) {
-    Violation(std::string(api) + ": " + std::to_string(height) + " rows of " + std::to_string(width) +
-              " bytes outside a device allocation");
-    return Fail(cudaErrorInvalidValue);
-  }
-  for (size_t r = 0; r < height; ++r) {
-    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
-  }
-  return cudaSuccess;
+  return Copy2D(dst, dpitch, src, spitch, width, height, kind, stream, "cudaMemcpy2DAsync");
 }
 
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaMemsetAsync"); e != cudaSuccess) return Fail(e);
   (void)stream;
+  const std::string what = "cudaMemsetAsync: " + std::to_string(bytes) + " bytes outside a device allocation";
   if (!InDevice(p, bytes)) {
-    Violation("cudaMemsetAsync: " + std::to_string(bytes) + " bytes outside a device allocation");
+    Violation(what);
     return Fail(cudaErrorInvalidValue);
   }
-  std::memset(p, value, bytes);
+  Enqueue(stream, [=](bool run) {
+    if (!run) return;
+    if (!InDevice(p, bytes)) {
+      Violation(what + ", when it ran");
+      Lose(cudaErrorIllegalAddress);
+      return;
+    }
+    std::memset(p, value, bytes);
+  });
   return cudaSuccess;
 }
 
@@ -318,14 +393,20 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   return cudaSuccess;
 }
 
+// Runs what is queued; then returns the injected error, or the one queued
+// work lost the context with. On a lost context the queue is dropped.
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (cudaError_t e = Enter("cudaStreamSynchronize"); e != cudaSuccess) return Fail(e);
-  (void)stream;
+  const cudaError_t e = Enter("cudaStreamSynchronize");
+  Drain(stream);
+  if (e != cudaSuccess) return Fail(e);
+  if (cudaError_t lost = StickyNow(); lost != cudaSuccess) return Fail(lost);
   return cudaSuccess;
 }
 
+// As on a device, what is queued still completes (or is dropped, on a lost context).
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   Count("cudaStreamDestroy");  // runs even on a lost context, as clean-up does
+  Drain(stream);
   delete stream;
   return cudaSuccess;
 }
@@ -336,24 +417,63 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
   return cudaSuccess;
 }
 
+// The event takes the time when the stream reaches the record.
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (cudaError_t e = Enter("cudaEventRecord"); e != cudaSuccess) return Fail(e);
-  (void)stream;
-  if (event == nullptr) return Fail(cudaErrorInvalidValue);
-  event->at = std::chrono::steady_clock::now();
-  event->recorded = true;
+  if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  {
+    std::lock_guard<std::mutex> lock(event->mu);
+    event->state = CUevent_st::kQueued;
+    ++event->queued;
+  }
+  Enqueue(stream, [event](bool run) {
+    bool last;
+    {
+      std::lock_guard<std::mutex> lock(event->mu);
+      last = --event->queued == 0;
+      if (run && event->state == CUevent_st::kQueued && last) {
+        event->at = std::chrono::steady_clock::now();
+        event->state = CUevent_st::kDone;
+      }
+      last = last && event->destroyed;
+    }
+    if (last) delete event;
+  });
   return cudaSuccess;
 }
 
+// As CUDA: an event never recorded is an invalid handle; one whose record
+// has not run yet is not ready.
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (cudaError_t e = Enter("cudaEventElapsedTime"); e != cudaSuccess) return Fail(e);
-  if (start == nullptr || end == nullptr || !start->recorded || !end->recorded) return Fail(cudaErrorInvalidValue);
-  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  if (start == nullptr || end == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  std::chrono::steady_clock::time_point at[2];
+  cudaError_t e = cudaSuccess;
+  for (int i = 0; i < 2; ++i) {
+    CUevent_st* ev = i == 0 ? start : end;
+    std::lock_guard<std::mutex> lock(ev->mu);
+    if (ev->state == CUevent_st::kNever)
+      e = cudaErrorInvalidResourceHandle;
+    else if (ev->state == CUevent_st::kQueued && e == cudaSuccess)
+      e = cudaErrorNotReady;
+    at[i] = ev->at;
+  }
+  if (e != cudaSuccess) return Fail(e);
+  *ms = std::chrono::duration<float, std::milli>(at[1] - at[0]).count();
   return cudaSuccess;
 }
 
+// An event destroyed while a record of it is queued goes when that record runs.
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   Count("cudaEventDestroy");
+  if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  {
+    std::lock_guard<std::mutex> lock(event->mu);
+    if (event->queued > 0) {
+      event->destroyed = true;
+      return cudaSuccess;
+    }
+  }
   delete event;
   return cudaSuccess;
 }
@@ -368,6 +488,7 @@ void Reset(const Config& config) {
   s.calls.clear();
   s.faults.clear();
   s.sticky = cudaSuccess;
+  s.launches = 0;
   s.violations = 0;
   s.last_violation.clear();
   last_error = cudaSuccess;
@@ -424,12 +545,29 @@ std::string LastViolation() {
   return s.last_violation;
 }
 
-void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, const std::function<void()>& body) {
+size_t Queued(cudaStream_t stream) {
+  if (stream == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(stream->mu);
+  return stream->queue.size();
+}
+
+namespace {
+
+// The indices 0..n-1 in the order `order` runs them.
+void Order(std::vector<uint32_t>& v, uint32_t n, LaunchOrder order, std::mt19937_64& rng) {
+  v.resize(n);
+  std::iota(v.begin(), v.end(), 0u);
+  if (order == LaunchOrder::kReversed) std::reverse(v.begin(), v.end());
+  if (order == LaunchOrder::kShuffled) std::shuffle(v.begin(), v.end(), rng);
+}
+
+}  // namespace
+
+void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, std::function<void()> body) {
   if (cudaError_t e = Enter("launch"); e != cudaSuccess) {
     Fail(e);
     return;
   }
-  (void)stream;
   // CUDA's limits: grid x < 2^31, y and z <= 65535; at most 1024 threads a block, z <= 64.
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 ||
       block.x == 0 || block.y == 0 || block.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
@@ -438,23 +576,36 @@ void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, const std::function<
     Fail(cudaErrorInvalidConfiguration);
     return;
   }
-  gridDim = grid;
-  blockDim = block;
-  for (unsigned bz = 0; bz < grid.z; ++bz) {
-    for (unsigned by = 0; by < grid.y; ++by) {
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        blockIdx = uint3{bx, by, bz};
-        for (unsigned tz = 0; tz < block.z; ++tz) {
-          for (unsigned ty = 0; ty < block.y; ++ty) {
-            for (unsigned tx = 0; tx < block.x; ++tx) {
-              threadIdx = uint3{tx, ty, tz};
-              body();
-            }
-          }
-        }
+  const uint64_t blocks = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
+  if (blocks > (uint64_t{1} << 26)) {  // a grid the emulation could not run in any useful time
+    Violation("launch of " + std::to_string(blocks) + " blocks: too many for the host emulation");
+    Fail(cudaErrorInvalidConfiguration);
+    return;
+  }
+  LaunchOrder order;
+  uint64_t seed;
+  {
+    State& s = S();
+    std::lock_guard<std::mutex> lock(s.mu);
+    order = s.config.order;
+    seed = s.config.seed * 0x9e3779b97f4a7c15ull + ++s.launches;
+  }
+  Enqueue(stream, [grid, block, order, seed, body = std::move(body)](bool run) {
+    if (!run) return;
+    gridDim = grid;
+    blockDim = block;
+    std::mt19937_64 rng(seed);
+    std::vector<uint32_t> bs, ts;
+    Order(bs, static_cast<uint32_t>(static_cast<uint64_t>(grid.x) * grid.y * grid.z), order, rng);
+    Order(ts, block.x * block.y * block.z, order, rng);  // one permutation for every block: cheaper
+    for (uint32_t b : bs) {
+      blockIdx = uint3{b % grid.x, b / grid.x % grid.y, b / grid.x / grid.y};
+      for (uint32_t t : ts) {
+        threadIdx = uint3{t % block.x, t / block.x % block.y, t / block.x / block.y};
+        body();
       }
     }
-  }
+  });
 }
 
 }  // namespace cudahost

@@ -5,15 +5,25 @@
 // C++ translation unit that includes passes_cuda.cu; it then finds this file
 // as <cuda_runtime.h>.
 //
-// What it is: device memory is host memory; a "launch" runs every block and
-// every thread of the grid one after another on the calling thread; streams
-// and copies are synchronous; events read the host clock. What it checks:
-// copies and memsets must stay inside one live device allocation, frees must
-// name one, grids must not be empty (else the call fails with
-// cudaErrorInvalidValue / cudaErrorInvalidConfiguration, and the violation is
-// counted). What it can inject: the next call of a given API fails with a
-// given error; an error that loses the context (cudaErrorIllegalAddress, ...)
-// is sticky, as on a device: every later call returns it.
+// What it is: device memory is host memory; events read the host clock.
+// Streams are queues: an async copy, memset, free, event record or kernel
+// launch on a stream is checked when it is called, but it runs only when the
+// stream is synchronised (or destroyed), on the thread that does it. Host
+// memory is read and written then, as a pinned buffer is on a device, so code
+// that reads a result before synchronising, or lets a host buffer die or
+// change while a copy from it is queued, gets the wrong bytes. (The null
+// stream runs its work at once.) A launch runs every block and every thread
+// of the grid one after another, in an order the Config chooses: shuffled by
+// default, so a kernel whose result depends on which thread runs first shows
+// up as a difference. What it checks: copies and memsets must stay inside one
+// live device allocation, when called and again when they run (a queued copy
+// into memory freed meanwhile is an illegal address, which loses the
+// context), frees must name one, grids must not be empty (else the call fails
+// with cudaErrorInvalidValue / cudaErrorInvalidConfiguration, and the
+// violation is counted). What it can inject: the next call of a given API
+// fails with a given error; an error that loses the context
+// (cudaErrorIllegalAddress, ...) is sticky, as on a device: every later call
+// returns it, and queued work is dropped.
 //
 // It says nothing about speed, real concurrency or the GPU's float rounding:
 // the real parity and timings come from scripts/gpu-run.sh on a GPU.
@@ -54,6 +64,8 @@ enum cudaError_t {
   cudaErrorCudartUnloading = 4,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorNoDevice = 100,
   cudaErrorInsufficientDriver = 35,
   cudaErrorECCUncorrectable = 214,
@@ -136,7 +148,8 @@ inline int __float_as_int(float f) {
   std::memcpy(&i, &f, sizeof i);
   return i;
 }
-// Threads run one at a time, so a plain read-modify-write is atomic here.
+// Threads run one at a time (a grid runs on one host thread), so a plain
+// read-modify-write is atomic here.
 inline int atomicMax(int* p, int v) {
   const int old = *p;
   if (v > old) *p = v;
@@ -145,10 +158,18 @@ inline int atomicMax(int* p, int v) {
 
 namespace cudahost {
 
+// The order in which a launch runs its blocks, and each block its threads.
+enum class LaunchOrder {
+  kInOrder,   // x fastest, then y, then z
+  kReversed,  // the last thread first
+  kShuffled,  // at every launch, a fresh random order of the blocks, and of the threads (the same in each block)
+};
 struct Config {
   int devices = 1;                     // cudaGetDeviceCount
   size_t total_bytes = size_t{8} << 30;  // cudaMemGetInfo total; free = total - in use
   bool pools = true;                   // cudaDevAttrMemoryPoolsSupported
+  LaunchOrder order = LaunchOrder::kShuffled;
+  uint64_t seed = 1;                   // of kShuffled's permutations
 };
 // Starts afresh: no allocations expected to be live, faults and counters cleared.
 void Reset(const Config& config = {});
@@ -166,18 +187,22 @@ void ReleaseAll();
 int Violations();                    // out-of-bounds copies, bad frees, empty grids
 std::string LastViolation();
 
-// Runs body() once per thread of the grid, with the coordinates set.
-void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, const std::function<void()>& body);
+// Checks the launch and queues it on `stream`: when the stream runs, body()
+// runs once per thread of the grid, with the coordinates set.
+void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, std::function<void()> body);
+// Work queued on `stream` and not yet run.
+size_t Queued(cudaStream_t stream);
 
 }  // namespace cudahost
 
 // passes_cuda.cu launches its kernels through this macro (its default is the
 // <<<...>>> syntax, which only nvcc parses). The arguments are evaluated once,
-// at the launch, as <<<...>>> does; every emulated thread gets copies.
+// at the launch, and copied into the queued launch, as <<<...>>> does; every
+// emulated thread gets copies.
 // Kernels that use __shared__ memory or __syncthreads() cannot run here.
-#define DQ_LAUNCH(kernel, grid, block, stream, ...)                                    \
-  do {                                                                                 \
-    const auto dq_launch_args = std::make_tuple(__VA_ARGS__);                          \
-    ::cudahost::LaunchGrid((grid), (block), (stream),                                  \
-                           [&dq_launch_args] { std::apply(kernel, dq_launch_args); }); \
+#define DQ_LAUNCH(kernel, grid, block, stream, ...)                                   \
+  do {                                                                                \
+    const auto dq_launch_args = std::make_tuple(__VA_ARGS__);                         \
+    ::cudahost::LaunchGrid((grid), (block), (stream),                                 \
+                           [dq_launch_args] { std::apply(kernel, dq_launch_args); }); \
   } while (false)

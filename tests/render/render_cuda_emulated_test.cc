@@ -4,10 +4,12 @@
 // on the CPU and checks every copy and memset against the device allocations
 // (kernel loads and stores are checked only in the ASan build), so these tests
 // catch kernel logic, plane sizing and which-buffer mistakes, and check the
-// fallback and lost-context logic without a GPU. Everything runs in order, so
-// they cannot catch a missing synchronisation; nor do they say anything about
-// the GPU's float rounding or speed: GpuParityTest and render_gpu_bench do, on
-// a GPU.
+// fallback and lost-context logic without a GPU. Stream work runs only when
+// the stream is synchronised, and a launch runs its threads in a shuffled
+// order, so a missing synchronisation, a host buffer that dies too early and a
+// kernel that depends on which thread runs first also show. They say nothing
+// about the GPU's float rounding, its memory model or speed: GpuParityTest and
+// render_gpu_bench do, on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -140,6 +142,38 @@ TEST_F(EmulatedCudaTest, KernelsMatchTheCpuByteForByte) {
   EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
   EXPECT_TRUE(g->rgb == Cpu(Poem(0), o).rgb) << "1920x1080 differs";
   EXPECT_GT(cudahost::Calls("launch"), 24 * 5) << "every render ran its kernels";
+}
+
+// Every kernel gives the same bytes whichever order its threads run in: in
+// order, reversed, and two other shuffles than the default's. (A GPU runs
+// them in no fixed order; a kernel that read what another thread of the same
+// launch writes would differ here.)
+TEST_F(EmulatedCudaTest, KernelsDoNotDependOnTheOrderThreadsRun) {
+  const image::Image photo = Photo();
+  cudahost::Config in_order, reversed, shuffled7, shuffled8;
+  in_order.order = cudahost::LaunchOrder::kInOrder;
+  reversed.order = cudahost::LaunchOrder::kReversed;
+  shuffled7.seed = 7;
+  shuffled8.seed = 8;
+  int compared = 0;
+  for (const cudahost::Config& config : {in_order, reversed, shuffled7, shuffled8}) {
+    gpu_.reset();
+    device_.reset();
+    cudahost::Reset(config);
+    MakeGpu();
+    for (Background bg : {Background::kLandscape, Background::kPaper, Background::kPhoto}) {
+      RenderOptions o = Opts(5, bg, 333, 217, Style::kXing);
+      if (bg == Background::kPhoto) o.photo = &photo;
+      RenderStats st;
+      auto g = gpu_->Render(Poem(2), o, &st);
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      ASSERT_EQ(st.backend, "cuda") << st.gpu_error;
+      EXPECT_TRUE(g->rgb == Cpu(Poem(2), o).rgb)
+          << "order " << static_cast<int>(config.order) << " seed " << config.seed << " bg " << static_cast<int>(bg);
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 12);
 }
 
 // Detail's ink plane comes back from the device and equals the CPU's.
@@ -423,6 +457,119 @@ TEST(CudaHostTest, CatchesCopiesOutsideAnAllocationAndKeepsLostContextsLost) {
   cudahost::Reset();
   cudahost::ReleaseAll();
   EXPECT_EQ(cudahost::BytesInUse(), 0u);
+}
+
+// The emulation's streams: work waits in the queue until the stream is
+// synchronised, reads and writes host memory only then, and a copy queued
+// after a free of its memory is caught when it runs, as an illegal address.
+TEST(CudaHostTest, StreamWorkRunsWhenTheStreamIsSynchronised) {
+  cudahost::Reset();
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, 16), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t e0 = nullptr, e1 = nullptr, never = nullptr;
+  ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&never), cudaSuccess);
+  std::vector<uint8_t> up(16, 7), down(16, 0);
+  int threads = 0;
+  EXPECT_EQ(cudaEventRecord(e0, s), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(p, up.data(), 16, cudaMemcpyHostToDevice, s), cudaSuccess);
+  cudahost::LaunchGrid(dim3(2), dim3(3), s, [&] { ++threads; });
+  EXPECT_EQ(cudaMemcpyAsync(down.data(), p, 16, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(cudaEventRecord(e1, s), cudaSuccess);
+  up[0] = 9;  // the upload has not run: it reads this
+  EXPECT_EQ(cudahost::Queued(s), 5u);
+  EXPECT_EQ(threads, 0);
+  EXPECT_EQ(down, std::vector<uint8_t>(16, 0)) << "nothing came back before the synchronisation";
+  float ms = -1;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaErrorNotReady);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, e0, never), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(cudahost::Queued(s), 0u);
+  EXPECT_EQ(threads, 6);
+  EXPECT_EQ(down[0], 9);
+  EXPECT_EQ(down[15], 7);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+  EXPECT_GE(ms, 0.0f);
+  cudaGetLastError();
+  // An event destroyed while its record waits goes when the record runs (the
+  // ASan build's leak check sees it go).
+  EXPECT_EQ(cudaEventRecord(never, s), cudaSuccess);
+  EXPECT_EQ(cudaEventDestroy(never), cudaSuccess);
+  // The free is queued; the copy after it is checked when called (the memory
+  // is still there) and again when it runs (it is gone): the context is lost.
+  EXPECT_EQ(cudaFreeAsync(p, s), cudaSuccess);
+  EXPECT_EQ(cudahost::BytesInUse(), 16u);
+  EXPECT_EQ(cudaMemcpyAsync(down.data(), p, 16, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudahost::BytesInUse(), 0u);
+  EXPECT_EQ(cudahost::Violations(), 1);
+  EXPECT_NE(cudahost::LastViolation().find("when it ran"), std::string::npos) << cudahost::LastViolation();
+  // On the lost context, queued work is dropped.
+  std::fill(down.begin(), down.end(), 0);
+  void* q = nullptr;
+  EXPECT_EQ(cudaMalloc(&q, 16), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaEventDestroy(e0), cudaSuccess);
+  EXPECT_EQ(cudaEventDestroy(e1), cudaSuccess);
+  cudahost::Reset();
+  cudahost::ReleaseAll();
+}
+
+// A launch runs each thread of the grid once, in the configured order; the
+// shuffled order differs from launch to launch, so a kernel that reads what
+// another thread of its launch writes (here: each adds one to its left
+// neighbour's value) gives another result.
+TEST(CudaHostTest, LaunchesRunEveryThreadOnceInTheConfiguredOrder) {
+  const dim3 grid(3, 2), block(4, 2);
+  const int n = 3 * 2 * 4 * 2;
+  auto run = [&](cudahost::LaunchOrder order) {
+    cudahost::Config c;
+    c.order = order;
+    cudahost::Reset(c);
+    std::vector<int> seen;  // global linear ids, x fastest, in the order run
+    cudahost::LaunchGrid(grid, block, nullptr, [&] {
+      EXPECT_EQ(blockDim.x, 4u);
+      EXPECT_EQ(gridDim.y, 2u);
+      const int gx = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+      const int gy = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+      seen.push_back(gy * 12 + gx);
+    });
+    return seen;
+  };
+  auto sorted = [](std::vector<int> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  std::vector<int> all(n);
+  for (int i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+  const std::vector<int> in_order = run(cudahost::LaunchOrder::kInOrder);
+  const std::vector<int> reversed = run(cudahost::LaunchOrder::kReversed);
+  const std::vector<int> shuffled = run(cudahost::LaunchOrder::kShuffled);
+  EXPECT_EQ(sorted(in_order), all);
+  EXPECT_EQ(sorted(reversed), all);
+  EXPECT_EQ(sorted(shuffled), all);
+  EXPECT_EQ(std::vector<int>(in_order.rbegin(), in_order.rend()), reversed);
+  EXPECT_NE(shuffled, in_order);
+  EXPECT_NE(shuffled, reversed);
+
+  auto prefix = [&](cudahost::LaunchOrder order) {
+    cudahost::Config c;
+    c.order = order;
+    cudahost::Reset(c);
+    std::vector<int> v(64, 0);
+    cudahost::LaunchGrid(dim3(2), dim3(32), nullptr, [&] {
+      const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+      v[i] = i == 0 ? 1 : v[i - 1] + 1;  // depends on thread i-1 having run
+    });
+    return v;
+  };
+  EXPECT_EQ(prefix(cudahost::LaunchOrder::kInOrder).back(), 64);
+  EXPECT_NE(prefix(cudahost::LaunchOrder::kShuffled).back(), 64);
+  EXPECT_NE(prefix(cudahost::LaunchOrder::kReversed).back(), 64);
+  cudahost::Reset();
 }
 
 // The budget: a render that alone exceeds it goes to the CPU without touching

@@ -728,9 +728,14 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(const Textures& tex, si
   impl->tex_mem = static_cast<float*>(mem);
   std::unique_ptr<CudaContext> ctx(new CudaContext(std::move(impl)));
   float* base = ctx->impl_->tex_mem;
+  // From pageable memory, cudaMemcpy returns once the bytes are staged; the
+  // DMA may still be running on the legacy stream, which the renders'
+  // non-blocking streams do not wait for: the device is synchronised before
+  // any render can read the textures.
   if ((e = cudaMemcpy(base, tex.fibre.data(), nf * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
       (e = cudaMemcpy(base + nf, tex.noise2.data(), n2 * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
-      (e = cudaMemcpy(base + nf + n2, tex.noise1.data(), n1 * 4, cudaMemcpyHostToDevice)) != cudaSuccess) {
+      (e = cudaMemcpy(base + nf + n2, tex.noise1.data(), n1 * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
+      (e = cudaDeviceSynchronize()) != cudaSuccess) {
     return Unavailable(CudaMessage(e, "upload textures"));
   }
   ctx->impl_->tex = DevTex{base, base + nf, base + nf + n2};

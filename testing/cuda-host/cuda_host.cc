@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -56,6 +57,9 @@ struct State {
   int violations = 0;
   std::string last_violation;
   CUmemPoolHandle_st pool;
+  // The legacy default stream's DMA: what cudaMemcpy from host memory has
+  // staged and not yet written to the device.
+  CUstream_st legacy;
 };
 
 State& S() {
@@ -209,9 +213,10 @@ bool CopyInDevice(void* dst, size_t dpitch, const void* src, size_t spitch, size
 
 // A copy checked when it is called and queued on `stream` (the null stream:
 // done now). When it runs, its device memory is checked again: freed meanwhile,
-// it is an illegal address, which loses the context.
+// it is an illegal address, which loses the context. `staged`: the host rows
+// are copied aside now and the device written from that copy when it runs.
 cudaError_t Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
-                   cudaMemcpyKind kind, cudaStream_t stream, const char* api) {
+                   cudaMemcpyKind kind, cudaStream_t stream, const char* api, bool staged = false) {
   if (cudaError_t e = Enter(api); e != cudaSuccess) return Fail(e);
   if (dpitch < width || spitch < width) return Fail(cudaErrorInvalidValue);
   if (width == 0 || rows == 0) return cudaSuccess;
@@ -221,7 +226,16 @@ cudaError_t Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, siz
     Violation(what);
     return Fail(cudaErrorInvalidValue);
   }
-  Enqueue(stream, [=](bool run) {
+  std::shared_ptr<std::vector<char>> staging;
+  if (staged) {
+    staging = std::make_shared<std::vector<char>>(width * rows);
+    for (size_t r = 0; r < rows; ++r) {
+      std::memcpy(staging->data() + r * width, static_cast<const char*>(src) + r * spitch, width);
+    }
+    src = staging->data();
+    spitch = width;
+  }
+  Enqueue(stream, [=, staging = std::move(staging)](bool run) {  // the staged bytes live as long as the copy
     if (!run) return;
     if (!CopyInDevice(dst, dpitch, src, spitch, width, rows, kind)) {
       Violation(what + ", when it ran");
@@ -312,8 +326,10 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   return e == cudaSuccess ? e : Fail(e);
 }
 
+// cudaFree waits for the device first.
 cudaError_t cudaFree(void* p) {
   if (cudaError_t e = Enter("cudaFree"); e != cudaSuccess) return Fail(e);
+  Drain(&S().legacy);
   cudaError_t e = Release(p);
   return e == cudaSuccess ? e : Fail(e);
 }
@@ -349,9 +365,19 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
   return cudaSuccess;
 }
 
-// Synchronous, on the legacy default stream, which does not wait for the
-// non-blocking streams the backend uses.
+// On the legacy default stream, which the non-blocking streams the backend
+// uses do not wait for. As CUDA documents for pageable host memory: the
+// legacy stream's earlier work is finished first; a copy to the host returns
+// when it is done; a copy from the host returns once the bytes are staged,
+// and the DMA to the device may still be running, so a kernel on another
+// stream may read the old bytes until something synchronises the device
+// (here: the legacy stream's work runs at cudaDeviceSynchronize, at
+// cudaStreamSynchronize(0), at the next cudaMemcpy or at a cudaFree).
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  Drain(&S().legacy);
+  if (kind == cudaMemcpyHostToDevice) {
+    return Copy2D(dst, bytes, src, bytes, bytes, 1, kind, &S().legacy, "cudaMemcpy", /*staged=*/true);
+  }
   return Copy2D(dst, bytes, src, bytes, bytes, 1, kind, nullptr, "cudaMemcpy");
 }
 
@@ -397,7 +423,17 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
 // work lost the context with. On a lost context the queue is dropped.
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   const cudaError_t e = Enter("cudaStreamSynchronize");
-  Drain(stream);
+  Drain(stream == nullptr ? &S().legacy : stream);
+  if (e != cudaSuccess) return Fail(e);
+  if (cudaError_t lost = StickyNow(); lost != cudaSuccess) return Fail(lost);
+  return cudaSuccess;
+}
+
+// The legacy stream's work (other streams' queues belong to the threads that
+// synchronise them, and run then).
+cudaError_t cudaDeviceSynchronize() {
+  const cudaError_t e = Enter("cudaDeviceSynchronize");
+  Drain(&S().legacy);
   if (e != cudaSuccess) return Fail(e);
   if (cudaError_t lost = StickyNow(); lost != cudaSuccess) return Fail(lost);
   return cudaSuccess;
@@ -482,6 +518,12 @@ namespace cudahost {
 
 void Reset(const Config& config) {
   State& s = S();
+  std::deque<Work> dropped;
+  {
+    std::lock_guard<std::mutex> lock(s.legacy.mu);
+    dropped.swap(s.legacy.queue);
+  }
+  for (Work& w : dropped) w(false);
   std::lock_guard<std::mutex> lock(s.mu);
   s.config = config;
   s.peak = s.in_use;
@@ -546,7 +588,7 @@ std::string LastViolation() {
 }
 
 size_t Queued(cudaStream_t stream) {
-  if (stream == nullptr) return 0;
+  if (stream == nullptr) stream = &S().legacy;
   std::lock_guard<std::mutex> lock(stream->mu);
   return stream->queue.size();
 }

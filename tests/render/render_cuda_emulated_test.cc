@@ -462,6 +462,7 @@ TEST(CudaHostTest, CatchesCopiesOutsideAnAllocationAndKeepsLostContextsLost) {
 // The emulation's streams: work waits in the queue until the stream is
 // synchronised, reads and writes host memory only then, and a copy queued
 // after a free of its memory is caught when it runs, as an illegal address.
+// cudaMemcpy to the device is staged, as CUDA does with pageable memory.
 TEST(CudaHostTest, StreamWorkRunsWhenTheStreamIsSynchronised) {
   cudahost::Reset();
   void* p = nullptr;
@@ -494,6 +495,20 @@ TEST(CudaHostTest, StreamWorkRunsWhenTheStreamIsSynchronised) {
   EXPECT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
   EXPECT_GE(ms, 0.0f);
   cudaGetLastError();
+  // cudaMemcpy from the host (pageable) returns once the bytes are staged (a
+  // later change of the host buffer does not reach the device); the legacy
+  // stream's DMA writes them, which work on other streams does not wait for.
+  std::vector<uint8_t> staged(16, 5);
+  EXPECT_EQ(cudaMemcpy(p, staged.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+  staged[0] = 6;
+  EXPECT_EQ(cudahost::Queued(nullptr), 1u);
+  EXPECT_EQ(cudaMemcpyAsync(down.data(), p, 16, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(down[0], 9) << "the other stream read the device before the DMA";
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudahost::Queued(nullptr), 0u);
+  EXPECT_EQ(cudaMemcpy(down.data(), p, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(down[0], 5);
   // An event destroyed while its record waits goes when the record runs (the
   // ASan build's leak check sees it go).
   EXPECT_EQ(cudaEventRecord(never, s), cudaSuccess);

@@ -45,10 +45,20 @@ std::vector<std::string> DeviceNodes(const Device& d, const MigCapMinors& caps) 
   return nodes;
 }
 
-const std::vector<std::string>& ControlNodes() {
-  static const std::vector<std::string> kNodes = {"/dev/nvidiactl", "/dev/nvidia-uvm",
-                                                  "/dev/nvidia-uvm-tools"};
-  return kNodes;
+// The driver's control nodes a CUDA container needs. Each is optional, as in
+// NVIDIA's plugin: the UVM module creates its nodes only when first loaded
+// (often by the first CUDA program after boot), and a runtime refuses to start
+// a container whose device spec names a node that does not exist. So a node is
+// listed when it exists, under dev_root or at its own path (where the plugin
+// container sees the host's /dev), checked at each Allocate.
+std::vector<std::string> ControlNodes(const std::string& dev_root) {
+  static const char* const kNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"};
+  std::vector<std::string> out;
+  for (const char* n : kNodes) {
+    std::error_code ec;
+    if (std::filesystem::exists(JoinPath(dev_root, n), ec) || std::filesystem::exists(n, ec)) out.emplace_back(n);
+  }
+  return out;
 }
 
 bool Has(const AllocateOptions& o, DeviceListStrategy s) {
@@ -152,7 +162,7 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
       spec->set_host_path(JoinPath(options.dev_root, path));
       spec->set_permissions("rw");
     };
-    for (const auto& n : ControlNodes()) add(n);
+    for (const auto& n : ControlNodes(options.dev_root)) add(n);
     for (const Device* d : targets) {
       for (const auto& n : DeviceNodes(*d, options.mig_cap_minors)) add(n);
     }
@@ -174,14 +184,15 @@ Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root, const A
       for (const auto& n : DeviceNodes(d, options.mig_cap_minors)) {
         nodes.push_back({{"path", n}, {"hostPath", JoinPath(options.dev_root, n)}});
       }
-      devices.push_back({{"name", d.device_uuid},
-                         {"containerEdits",
-                          {{"env", {std::string(kVisibleDevicesEnv) + "=" + d.device_uuid}},
-                           {"deviceNodes", std::move(nodes)}}}});
+      // No env edit: CDI applies each device's edits in turn, so one
+      // NVIDIA_VISIBLE_DEVICES per device would leave a container given
+      // several GPUs naming only the last. The runtime injects the nodes;
+      // CUDA sees exactly those.
+      devices.push_back({{"name", d.device_uuid}, {"containerEdits", {{"deviceNodes", std::move(nodes)}}}});
     }
   }
   nlohmann::json control = nlohmann::json::array();
-  for (const auto& n : ControlNodes()) {
+  for (const auto& n : ControlNodes(options.dev_root)) {
     control.push_back({{"path", n}, {"hostPath", JoinPath(options.dev_root, n)}});
   }
   const nlohmann::json spec = {{"cdiVersion", "0.6.0"},

@@ -126,25 +126,44 @@ TEST_F(PluginTest, RegistersAndAdvertisesEveryGpu) {
   }
 }
 
+// The GPUs' nodes always; the control nodes only where they exist (here:
+// under the dev root, a directory of plain files): the UVM nodes appear when
+// the module loads, and a runtime refuses a spec naming a missing node.
 TEST_F(PluginTest, AllocateSetsVisibleDevicesAndDeviceNodes) {
   LoadNode("a100-8x-nvswitch");
   StartKubelet();
+  const std::string dev_root = dir_ + "/devroot";
+  std::filesystem::create_directories(dev_root + "/dev");
+  for (const char* n : {"/dev/nvidiactl", "/dev/nvidia-uvm"}) std::ofstream(dev_root + n) << "";
   ManagerOptions opts;
   opts.allocate.pass_device_specs = true;
+  opts.allocate.dev_root = dev_root;
   StartPlugin(opts);
   ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
 
   const std::string a = inventory_.gpus[2].uuid, b = inventory_.gpus[5].uuid;
+  auto nodes_of = [&](const v1beta1::ContainerAllocateResponse& resp) {
+    std::set<std::string> nodes;
+    for (const auto& d : resp.devices()) {
+      nodes.insert(d.container_path());
+      EXPECT_EQ(d.host_path(), dev_root + d.container_path());
+      EXPECT_EQ(d.permissions(), "rw");
+    }
+    return nodes;
+  };
   auto r = kubelet_->Allocate(kGpu, {a, b});
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.response.envs().at("NVIDIA_VISIBLE_DEVICES"), a + "," + b);
-  std::set<std::string> nodes;
-  for (const auto& d : r.response.devices()) {
-    nodes.insert(d.container_path());
-    EXPECT_EQ(d.permissions(), "rw");
+  if (!std::filesystem::exists("/dev/nvidia-uvm-tools")) {  // a machine with a driver lists it anyway
+    EXPECT_EQ(nodes_of(r.response),
+              (std::set<std::string>{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm"}));
   }
-  EXPECT_EQ(nodes, (std::set<std::string>{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl",
-                                          "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}));
+  // The module made its node: the next Allocate lists it.
+  std::ofstream(dev_root + "/dev/nvidia-uvm-tools") << "";
+  r = kubelet_->Allocate(kGpu, {a, b});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(nodes_of(r.response), (std::set<std::string>{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl",
+                                                         "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}));
 }
 
 TEST_F(PluginTest, AllocateByIndexStrategy) {
@@ -379,6 +398,12 @@ TEST_F(PluginTest, CdiStrategiesWriteTheSpecAndName) {
   auto spec = nlohmann::json::parse(in);
   EXPECT_EQ(spec["kind"], "k8s.device-plugin.danqing.io/gpu");
   EXPECT_EQ(spec["devices"].size(), 8u);
+  for (const auto& d : spec["devices"]) {
+    // CDI applies each device's edits in turn: a per-device NVIDIA_VISIBLE_DEVICES
+    // would leave a container with several GPUs naming only the last.
+    EXPECT_FALSE(d["containerEdits"].contains("env")) << d.dump();
+    EXPECT_GE(d["containerEdits"]["deviceNodes"].size(), 1u) << d.dump();
+  }
   const std::string uuid = inventory_.gpus[6].uuid;
   auto r = kubelet_->Allocate(kGpu, {uuid});
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();

@@ -83,15 +83,15 @@ Status PluginManager::Start(std::shared_ptr<const ResourceSet> set) {
     return Unavailable("cannot watch " + options_.plugin_dir + ": " + std::strerror(errno));
   }
   Apply(set);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (const auto& [name, e] : entries_) {
-      if (!e->server) return Unavailable("cannot serve " + name + ": " + e->last_error);
-    }
-  }
+  // The thread starts whatever happened: it registers the resources that are
+  // serving, and serves again, with backoff, those that could not be (a
+  // socket self-check that timed out on a loaded node, say).
   thread_ = std::thread([this] { Run(); });
   std::lock_guard<std::mutex> l(mu_);
   started_ = true;
+  for (const auto& [name, e] : entries_) {
+    if (!e->server) return Unavailable("cannot serve " + name + " yet (retrying): " + e->last_error);
+  }
   return Status::Ok();
 }
 

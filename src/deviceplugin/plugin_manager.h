@@ -65,7 +65,9 @@ class PluginManager {
 
   // Starts the manager thread and serves `set`. Returns once every resource is
   // serving on its socket (registration proceeds in the background). Errors:
-  // UNAVAILABLE when the directory cannot be watched or a socket not served.
+  // UNAVAILABLE when the directory cannot be watched (nothing started), or
+  // when a resource's socket could not be served: the thread runs anyway,
+  // registers the others and serves that one again with backoff.
   Status Start(std::shared_ptr<const ResourceSet> set);
 
   // Publishes a new snapshot (health change, reload). Resources that appear

@@ -302,6 +302,31 @@ TEST_F(PluginTest, TwoResourcesServedAtOnce) {
   EXPECT_EQ(r.response.envs().at("NVIDIA_VISIBLE_DEVICES"), inventory_.gpus[1].uuid);
 }
 
+// One resource cannot be served at start (a directory sits where its socket
+// goes): Start says so, but the other resource registers anyway, and the
+// manager serves the first once its path is free, without a new Start.
+TEST_F(PluginTest, AResourceThatCannotBeServedYetDoesNotHoldBackTheOthers) {
+  ResourceOptions ropts;
+  ropts.time_slicing.push_back({"nvidia.com/gpu", "", 4, {"0", "1"}});
+  LoadNode("a100-8x-nvswitch", ropts);
+  StartKubelet();
+  const std::string blocked = dir_ + "/danqing-nvidia.com-gpu.shared.sock";
+  std::filesystem::create_directories(blocked + "/in-the-way");
+  ManagerOptions opts;
+  opts.plugin_dir = dir_;
+  opts.max_backoff = 200ms;
+  manager_ = std::make_unique<PluginManager>(opts);
+  Status st = manager_->Start(set_);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(st.message(), HasSubstr("nvidia.com/gpu.shared"));
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s)) << "the servable resource registers";
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 6));
+  EXPECT_FALSE(kubelet_->WaitForRegistration("nvidia.com/gpu.shared", 300ms));
+  std::filesystem::remove_all(blocked);
+  ASSERT_TRUE(kubelet_->WaitForRegistration("nvidia.com/gpu.shared", 5s)) << "served again once its path was free";
+  ASSERT_TRUE(WaitAllHealthy("nvidia.com/gpu.shared", 8));
+}
+
 TEST_F(PluginTest, ReplicaPolicyPackedVersusDistributed) {
   for (auto policy : {ReplicaPolicy::kPacked, ReplicaPolicy::kDistributed}) {
     ResourceOptions ropts;

@@ -6,7 +6,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <utility>
 
 #include "service/assets.h"
 
@@ -16,7 +18,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-thread_local Clock::time_point t_request_start;
+// Set when a request reaches routing; httplib also logs requests it refuses
+// before that (a bad request line, a URI too long), which have none.
+thread_local std::optional<Clock::time_point> t_request_start;
 
 std::string RouteOf(const std::string& path) {
   if (path == "/v1/inscriptions") return "/v1/inscriptions";
@@ -189,15 +193,37 @@ void Server::Routes() {
   // The multipart envelope adds a little to the image's own limit.
   s.set_payload_max_length(pipeline_->limits().image.max_bytes + 64 * 1024);
 
-  s.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+  // Runs before httplib reads the body. The payload limit above holds only
+  // for a body of declared length: httplib (0.11) reads a chunked body, and
+  // inflates a gzip or br one, with no limit, so one small request could take
+  // gigabytes before the size check. Such bodies are refused unread (and the
+  // connection closed): browsers send uploads with a Content-Length and
+  // uncompressed.
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_request_start = Clock::now();
+    const std::string te = req.get_header_value("Transfer-Encoding");
+    const std::string ce = req.get_header_value("Content-Encoding");
+    if (!te.empty() && te != "identity") {
+      metrics_->rejected.Add("reason=\"encoding\"");
+      res.set_header("Connection", "close");
+      Error(res, 411, "send the upload with a Content-Length (Transfer-Encoding " + te + " is not accepted)");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!ce.empty() && ce != "identity") {
+      metrics_->rejected.Add("reason=\"encoding\"");
+      res.set_header("Connection", "close");
+      Error(res, 415, "send the upload uncompressed (Content-Encoding " + ce + " is not accepted)");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const std::string route = RouteOf(req.path);
-    const double secs = std::chrono::duration<double>(Clock::now() - t_request_start).count();
-    metrics_->request_seconds.Observe(route, secs);
-    if (route == "/v1/inscriptions" && req.method == "POST") {
+    // A request httplib refused before routing has no start: counted, not timed.
+    const std::optional<Clock::time_point> start = std::exchange(t_request_start, std::nullopt);
+    const double secs = start ? std::chrono::duration<double>(Clock::now() - *start).count() : 0.0;
+    if (start) metrics_->request_seconds.Observe(route, secs);
+    if (start && route == "/v1/inscriptions" && req.method == "POST") {
       const int c = res.status;
       const char* outcome = c == 200               ? "ok"
                             : c == 429 || c == 503 ? "refused"

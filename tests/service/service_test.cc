@@ -347,6 +347,64 @@ TEST_F(ServiceTest, BadOptionsAreNamed) {
   ExpectError(PostRaw(jpeg, "&text=%E6%98%8E%FF"), 400, "UTF-8");
 }
 
+// Sends `bytes` on a new connection to `port` and returns what comes back
+// until the server closes it (at most 10 s).
+std::string RawExchange(int port, const std::string& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string answer;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return answer;
+}
+
+// httplib applies the payload limit only to a declared Content-Length: a
+// chunked body it reads whole, a gzip one it inflates whole (a 1 MB upload of
+// zeros took the server to 2.5 GB). Both are refused before the body is read.
+TEST_F(ServiceTest, ChunkedOrCompressedUploadsAreRefusedUnread) {
+  const int port = service_->server().port();
+  const std::string chunked = RawExchange(
+      port, "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n" +
+                std::string(1024, 'x') + "\r\n");
+  EXPECT_THAT(chunked, ::testing::StartsWith("HTTP/1.1 411")) << chunked.substr(0, 200);
+  EXPECT_THAT(chunked, HasSubstr("Content-Length"));
+  auto c = service_->Client();
+  auto gz = c.Post("/v1/inscriptions", httplib::Headers{{"Content-Encoding", "gzip"}},
+                   std::string("\x1f\x8b\x08\x00", 4) + std::string(64, '\0'), "image/jpeg");
+  ExpectError(gz, 415, "uncompressed");
+  EXPECT_THAT(service_->metrics().Render(),
+              HasSubstr("danqing_inscriptions_rejected_total{reason=\"encoding\"}"));
+  EXPECT_EQ(PostRaw(Photo("chelsea.jpg"))->status, 200) << "the service still works";
+}
+
+// A request httplib refuses before routing (a bad request line) is counted
+// but not timed: it has no start time, and timing it from an earlier request
+// on that thread (or from boot) put hours into the latency histogram.
+TEST(ServiceMetricsTest, RequestsRefusedBeforeRoutingAreNotTimed) {
+  auto r = CreateInscriptionRenderer({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Service svc(r->get(), SmallOptions());
+  const std::string answer = RawExchange(svc.server().port(), "GARBAGE\r\n\r\n");
+  EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 400"));
+  std::string m;
+  for (int i = 0; i < 100 && m.find("route=\"other\",code=\"400\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // logged just after the answer
+    m = svc.metrics().Render();
+  }
+  EXPECT_THAT(m, HasSubstr("route=\"other\",code=\"400\"")) << "counted";
+  EXPECT_THAT(m, Not(HasSubstr("danqing_http_request_duration_seconds_count{route=\"other\"}"))) << m;
+}
+
 TEST_F(ServiceTest, SlowClientIsCutOffAndOthersAreServed) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);

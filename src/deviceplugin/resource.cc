@@ -100,7 +100,7 @@ Status PlaceDevices(const gpu::NodeInventory& inv, MigStrategy strategy, std::ve
           continue;
         }
         for (const auto& m : g.mig_devices) {
-          ResourceNamed(out, "nvidia.com/mig-" + m.profile).devices.push_back(
+          ResourceNamed(out, MigResourceName(m.profile)).devices.push_back(
               MigPart(g, m, static_cast<int>(p)));
         }
       }
@@ -192,6 +192,12 @@ std::shared_ptr<ResourceSet> WithAllocators(ResourceSet set, const gpu::Topology
 }
 
 }  // namespace
+
+std::string MigResourceName(std::string_view profile) {
+  std::string name = "nvidia.com/mig-" + std::string(profile);
+  std::replace(name.begin(), name.end(), '+', '.');
+  return name;
+}
 
 const Device* Resource::Find(std::string_view id) const {
   for (const auto& d : devices) {

@@ -85,6 +85,11 @@ struct ResourceSet {
   const Resource* Find(std::string_view name) const;
 };
 
+// The extended resource of a MIG profile under the mixed strategy, as NVIDIA
+// names it: "nvidia.com/mig-" + the profile, its '+' (media extensions:
+// "1g.10gb+me") made '.', which a resource name may not contain.
+std::string MigResourceName(std::string_view profile);
+
 // Builds the advertised resources. Errors: INVALID_ARGUMENT when the options
 // cannot apply to this node (a time-slicing selector naming a GPU that does
 // not exist, a MIG strategy the hardware contradicts as NVIDIA documents).

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/resource.h"
 
@@ -82,6 +84,23 @@ TEST(ResourceTest, MigMixedOneResourcePerProfile) {
   EXPECT_EQ(small->devices[0].index, "0:1");
   EXPECT_EQ(small->devices[0].gpu_uuid, "GPU-0");
   EXPECT_THAT(Ids(*whole), ElementsAre("GPU-1"));
+}
+
+// A media-extension profile ("1g.10gb+me") is a valid resource name only with
+// the '+' made '.', as NVIDIA names it; every name must pass the kubelet's rule.
+TEST(ResourceTest, MigMediaExtensionProfileGivesAValidResourceName) {
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
+  g0.mig_devices = {MakeMig(g0, 0, "1g.10gb+me", 1), MakeMig(g0, 1, "1g.10gb", 2)};
+  ResourceOptions o;
+  o.mig_strategy = MigStrategy::kMixed;
+  auto set = BuildResources(Node({g0}), o);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  const Resource* me = (*set)->Find("nvidia.com/mig-1g.10gb.me");
+  ASSERT_NE(me, nullptr);
+  EXPECT_THAT(Ids(*me), ElementsAre("MIG-0-0"));
+  EXPECT_NE((*set)->Find("nvidia.com/mig-1g.10gb"), nullptr);
+  const std::regex qualified(R"([a-z0-9.-]+/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)");
+  for (const auto& r : (*set)->resources) EXPECT_TRUE(std::regex_match(r.name, qualified)) << r.name;
 }
 
 TEST(ResourceTest, MigSingleUniformAdvertisesAsGpu) {

@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 BIN=build/${PRESET:-default}/cmd/danqing/danqing
 [ -x "$BIN" ] || { echo "serve.sh: $BIN is not built; run 'make build' first" >&2; exit 1; }
 echo "Danqing: open http://localhost:${PORT:-8080}/ (Ctrl-C drains and stops)"
-exec "$BIN" serve --port "${PORT:-8080}" "$@"
+# No proxy sits in front of a local run: Ctrl-C drains at once (--drain-delay 0).
+exec "$BIN" serve --port "${PORT:-8080}" --drain-delay 0 "$@"

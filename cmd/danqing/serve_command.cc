@@ -1,8 +1,10 @@
 // `danqing serve`: the HTTP service. Wiring and signals only; the service
 // lives in src/service/.
 //
-// SIGTERM/SIGINT: drain (readiness off, new inscriptions refused, accepted
-// ones finish, at most --drain-timeout), then stop. Exit 0 after a clean
+// SIGTERM/SIGINT: readiness off at once, requests still served for
+// --drain-delay (until every proxy has dropped the endpoint), then drain (new
+// inscriptions refused, accepted ones finish, at most --drain-timeout), then
+// stop. Exit 0 after a clean
 // drain, 1 when renders were cut off or start-up failed, 2 for bad flags.
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -32,6 +34,7 @@ struct ServeFlags {
   size_t queue = 0;
   int deadline_ms = 20000;
   int drain_timeout_s = 25;
+  int drain_delay_s = 5;
   int read_timeout_s = 10;
   int http_threads = 64;
   double max_upload_mb = 10;
@@ -102,7 +105,15 @@ int RunServe(const ServeFlags& f) {
   int sig = 0;
   while (sigwait(&signals, &sig) != 0) {
   }
-  spdlog::info("danqing serve: signal {}, draining (at most {} s)", sig, f.drain_timeout_s);
+  if (f.drain_delay_s > 0) {
+    // Until the endpoint's removal reaches every proxy they still send
+    // requests here: serve them, with readiness off. A second signal cuts it short.
+    server.StopReady();
+    spdlog::info("danqing serve: signal {}, not ready; serving {} s more before draining", sig, f.drain_delay_s);
+    const timespec delay{f.drain_delay_s, 0};
+    sigtimedwait(&signals, nullptr, &delay);
+  }
+  spdlog::info("danqing serve: draining (at most {} s)", f.drain_timeout_s);
   const bool clean = server.Drain(std::chrono::seconds(f.drain_timeout_s));
   server.Stop();
   spdlog::info("danqing serve: stopped{}", clean ? "" : " (drain timed out)");
@@ -132,6 +143,10 @@ void RegisterServeCommand(CLI::App& app) {
   cmd->add_option("--drain-timeout", flags->drain_timeout_s, "Seconds to drain on SIGTERM")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600));
+  cmd->add_option("--drain-delay", flags->drain_delay_s,
+                  "Seconds SIGTERM keeps serving, readiness off, before draining")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 600));
   cmd->add_option("--read-timeout", flags->read_timeout_s,
                   "Seconds a client may stall a read or write")
       ->capture_default_str()

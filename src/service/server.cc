@@ -264,7 +264,7 @@ void Server::Routes() {
     res.set_content("ok\n", "text/plain");
   });
   s.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining_) {
+    if (draining_ || not_ready_) {
       res.status = 503;
       res.set_content("draining\n", "text/plain");
     } else {
@@ -435,7 +435,13 @@ Status Server::Start() {
   return Status::Ok();
 }
 
+void Server::StopReady() {
+  not_ready_ = true;
+  metrics_->draining = 1;
+}
+
 bool Server::Drain(std::chrono::milliseconds timeout) {
+  not_ready_ = true;
   draining_ = true;
   metrics_->draining = 1;
   queue_->Close();

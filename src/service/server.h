@@ -14,8 +14,10 @@
 //
 // Load: renders run on a RenderQueue sized to the cores; when it is full the
 // answer is 429 with Retry-After at once; a request that cannot finish within
-// its deadline gets 503. BeginDrain() (SIGTERM) turns /readyz to 503, refuses new
-// inscriptions with 503 and lets accepted ones finish.
+// its deadline gets 503. On SIGTERM, StopReady() turns /readyz to 503 while
+// requests are still served (the endpoint's removal takes a while to reach
+// every proxy); then Drain() refuses new inscriptions with 503 and lets
+// accepted ones finish.
 //
 // Thread-safety: Start/Drain/Stop from one controlling thread; handlers run on
 // the HTTP thread pool.
@@ -67,6 +69,8 @@ class Server {
   Status Start();
   int port() const { return port_; }
 
+  // Readiness off; everything else is served as before.
+  void StopReady();
   // Readiness off, new inscriptions refused (503), then waits until accepted
   // renders have finished or `timeout` passed. True when everything finished.
   bool Drain(std::chrono::milliseconds timeout);
@@ -92,6 +96,7 @@ class Server {
   std::thread listener_;
   int port_ = 0;
   std::atomic<bool> draining_{false};
+  std::atomic<bool> not_ready_{false};
   std::atomic<uint64_t> next_id_{0};
   uint64_t id_salt_ = 0;
 

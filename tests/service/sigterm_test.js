@@ -1,5 +1,7 @@
-// SIGTERM drains the real process: a render in flight when the signal comes
-// still gets its image; readiness turns off; the process exits 0.
+// SIGTERM drains the real process: readiness turns off at once while the port
+// still serves requests for --drain-delay (proxies learn of the endpoint's
+// removal late); a render in flight when the signal comes still gets its
+// image; the process exits 0.
 //   node tests/service/sigterm_test.js <danqing binary>
 'use strict';
 const assert = require('assert');
@@ -12,8 +14,23 @@ const ROOT = path.resolve(__dirname, '..', '..');
 async function main() {
   const binary = process.argv[2];
   assert(binary, 'usage: sigterm_test.js <danqing binary>');
-  const svc = await startServe(binary, ['--workers', '1', '--drain-timeout', '120']);
+  // Idle: not ready at once, but still serving (before, the port closed within
+  // milliseconds and requests routed here meanwhile were refused).
+  const idle = await startServe(binary, ['--drain-delay', '3']);
+  idle.child.kill('SIGTERM');
+  for (;;) {
+    if ((await get(idle.port, '/readyz')).status === 503) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
   const photo = fs.readFileSync(path.join(ROOT, 'tests', 'data', 'photos', 'rocket.jpg'));
+  const during = await post(idle.port, '/v1/inscriptions?width=256&height=256', photo, {
+    'Content-Type': 'image/jpeg',
+    'Content-Length': photo.length,
+  });
+  assert.strictEqual(during.status, 200, 'served while the endpoint goes away: ' + during.body.toString().slice(0, 200));
+  assert.strictEqual((await idle.exited).code, 0, 'exit 0 after the delay and a clean drain');
+
+  const svc = await startServe(binary, ['--workers', '1', '--drain-timeout', '120', '--drain-delay', '1']);
   const inFlight = post(svc.port, '/v1/inscriptions?width=2048&height=2048', photo, {
     'Content-Type': 'image/jpeg',
     'Content-Length': photo.length,

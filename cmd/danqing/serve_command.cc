@@ -30,6 +30,7 @@ namespace {
 struct ServeFlags {
   std::string host = "0.0.0.0";
   int port = 8080;
+  int probe_port = -1;
   size_t workers = 0;
   size_t queue = 0;
   int deadline_ms = 20000;
@@ -91,6 +92,7 @@ int RunServe(const ServeFlags& f) {
   service::ServerOptions options;
   options.host = f.host;
   options.port = f.port;
+  options.probe_port = f.probe_port;
   options.workers = f.workers;
   options.queue_capacity = f.queue;
   options.deadline = std::chrono::milliseconds(f.deadline_ms);
@@ -133,6 +135,10 @@ void RegisterServeCommand(CLI::App& app) {
   cmd->add_option("--port", flags->port, "Port to listen on (0: any free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
+  cmd->add_option("--probe-port", flags->probe_port,
+                  "Also serve /healthz /readyz /metrics here, on threads of their own (-1: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
   cmd->add_option("--workers", flags->workers, "Render workers (0: one per core)")
       ->capture_default_str();
   cmd->add_option("--queue", flags->queue, "Renders that may wait (0: 2 x workers)")

@@ -252,29 +252,7 @@ void Server::Routes() {
   s.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(std::string(IndexHtml()), "text/html; charset=utf-8");
   });
-  s.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-    // A lost CUDA context comes back only in a new process: fail liveness so
-    // the kubelet restarts the container (renders meanwhile run on the CPU).
-    if (const std::string lost = pipeline_->renderer().GpuLost(); !lost.empty()) {
-      res.status = 503;
-      res.set_content("the GPU's CUDA context is lost (" + lost + "); restart to use the GPU again\n",
-                      "text/plain");
-      return;
-    }
-    res.set_content("ok\n", "text/plain");
-  });
-  s.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining_ || not_ready_) {
-      res.status = 503;
-      res.set_content("draining\n", "text/plain");
-    } else {
-      res.set_content("ready\n", "text/plain");
-    }
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    metrics_->gpu_lost = pipeline_->renderer().GpuLost().empty() ? 0 : 1;
-    res.set_content(metrics_->Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  ProbeRoutes(s);
   s.Get(R"(/v1/inscriptions/([0-9a-f]{16}))",
         [this](const httplib::Request& req, httplib::Response& res) {
           auto stored = Find(req.matches[1]);
@@ -417,6 +395,33 @@ void Server::Routes() {
   });
 }
 
+// Caller: Routes, and Start for the probe listener.
+void Server::ProbeRoutes(httplib::Server& s) {
+  s.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    // A lost CUDA context comes back only in a new process: fail liveness so
+    // the kubelet restarts the container (renders meanwhile run on the CPU).
+    if (const std::string lost = pipeline_->renderer().GpuLost(); !lost.empty()) {
+      res.status = 503;
+      res.set_content("the GPU's CUDA context is lost (" + lost + "); restart to use the GPU again\n",
+                      "text/plain");
+      return;
+    }
+    res.set_content("ok\n", "text/plain");
+  });
+  s.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining_ || not_ready_) {
+      res.status = 503;
+      res.set_content("draining\n", "text/plain");
+    } else {
+      res.set_content("ready\n", "text/plain");
+    }
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    metrics_->gpu_lost = pipeline_->renderer().GpuLost().empty() ? 0 : 1;
+    res.set_content(metrics_->Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+}
+
 Status Server::Start() {
   if (options_.port == 0) {
     port_ = http_->bind_to_any_port(options_.host);
@@ -427,6 +432,24 @@ Status Server::Start() {
                          " (in use, or not permitted)");
     }
     port_ = options_.port;
+  }
+  if (options_.probe_port >= 0) {
+    probe_http_ = std::make_unique<httplib::Server>();
+    probe_http_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+    probe_http_->set_read_timeout(std::chrono::seconds(5));
+    probe_http_->set_write_timeout(std::chrono::seconds(5));
+    probe_http_->set_payload_max_length(64 * 1024);
+    ProbeRoutes(*probe_http_);
+    probe_port_ = options_.probe_port;
+    if (options_.probe_port == 0) {
+      probe_port_ = probe_http_->bind_to_any_port(options_.host);
+      if (probe_port_ <= 0) return Unavailable("cannot bind the probe port on " + options_.host);
+    } else if (!probe_http_->bind_to_port(options_.host.c_str(), options_.probe_port)) {
+      return Unavailable("cannot bind the probe port " + options_.host + ":" + std::to_string(options_.probe_port) +
+                         " (in use, or not permitted)");
+    }
+    probe_listener_ = std::thread([this] { probe_http_->listen_after_bind(); });
+    spdlog::info("probes (/healthz /readyz /metrics) also on http://{}:{}", options_.host, probe_port_);
   }
   listener_ = std::thread([this] { http_->listen_after_bind(); });
   spdlog::info("serving on http://{}:{} ({} render workers, queue {}, deadline {} ms)",
@@ -454,6 +477,8 @@ bool Server::Drain(std::chrono::milliseconds timeout) {
 void Server::Stop() {
   if (http_) http_->stop();
   if (listener_.joinable()) listener_.join();
+  if (probe_http_) probe_http_->stop();
+  if (probe_listener_.joinable()) probe_listener_.join();
 }
 
 }  // namespace danqing::service

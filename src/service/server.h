@@ -55,6 +55,11 @@ struct ServerOptions {
   std::chrono::seconds write_timeout{10};
   std::chrono::seconds keep_alive_timeout{5};
   size_t result_cache_entries = 64;  // recent inscriptions kept for GET by id
+  // /healthz, /readyz and /metrics also on this port, with threads of their
+  // own, so that the kubelet's probes are answered while uploads (slow phones,
+  // or clients that stall on purpose) hold every thread of the main port.
+  // -1: none; 0: any free port (see Server::probe_port()).
+  int probe_port = -1;
 };
 
 class Server {
@@ -68,6 +73,7 @@ class Server {
   // address cannot be bound.
   Status Start();
   int port() const { return port_; }
+  int probe_port() const { return probe_port_; }  // -1 without a probe listener
 
   // Readiness off; everything else is served as before.
   void StopReady();
@@ -84,6 +90,7 @@ class Server {
     std::string content_type;
   };
   void Routes();
+  void ProbeRoutes(httplib::Server& s);
   void Store(const std::string& id, std::shared_ptr<const Stored> stored);
   std::shared_ptr<const Stored> Find(const std::string& id) const;
   std::string NewId();
@@ -95,6 +102,9 @@ class Server {
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
   int port_ = 0;
+  std::unique_ptr<httplib::Server> probe_http_;
+  std::thread probe_listener_;
+  int probe_port_ = -1;
   std::atomic<bool> draining_{false};
   std::atomic<bool> not_ready_{false};
   std::atomic<uint64_t> next_id_{0};

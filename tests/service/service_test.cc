@@ -405,6 +405,46 @@ TEST(ServiceMetricsTest, RequestsRefusedBeforeRoutingAreNotTimed) {
   EXPECT_THAT(m, Not(HasSubstr("danqing_http_request_duration_seconds_count{route=\"other\"}"))) << m;
 }
 
+// Uploads that trickle in hold every thread of the main port (four here); the
+// probe port, on threads of its own, still answers the kubelet's probes and
+// the metrics scrape, so the pod is not restarted under such load.
+TEST(ServiceProbeTest, ProbesAreAnsweredWhileSlowUploadsHoldTheMainPort) {
+  auto r = CreateInscriptionRenderer({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ServerOptions o = SmallOptions();
+  o.http_threads = 4;
+  o.read_timeout = std::chrono::seconds(20);
+  o.probe_port = 0;
+  Service svc(r->get(), o);
+  ASSERT_GT(svc.server().probe_port(), 0);
+  std::vector<int> slow;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(svc.server().port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string head = "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nab";
+    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+    slow.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the four reach the pool
+  httplib::Client main_port("127.0.0.1", svc.server().port());
+  main_port.set_read_timeout(2, 0);
+  main_port.set_connection_timeout(2, 0);
+  EXPECT_FALSE(main_port.Get("/healthz")) << "the main port's threads are all held (else this test shows nothing)";
+  httplib::Client probes("127.0.0.1", svc.server().probe_port());
+  probes.set_read_timeout(2, 0);
+  probes.set_connection_timeout(2, 0);
+  for (const char* path : {"/healthz", "/readyz", "/metrics"}) {
+    auto res = probes.Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 200) << path;
+  }
+  for (int fd : slow) ::close(fd);
+}
+
 TEST_F(ServiceTest, SlowClientIsCutOffAndOthersAreServed) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);

@@ -18,6 +18,20 @@ Device WholeGpu(const gpu::Gpu& g, int position) {
   return d;
 }
 
+// A compute instance smaller than its GPU instance ("1c.3g.20gb", one of
+// three sharing the 3g's memory) is not the profile it would be advertised
+// under: a pod asking for a 3g would get a third of one. NVIDIA's plugin does
+// not advertise these either. Zero slices: the driver did not say.
+bool Advertisable(const gpu::MigDevice& m, std::vector<std::string>& warnings) {
+  if (m.compute_instance_slices == 0 || m.gpu_instance_slices == 0 ||
+      m.compute_instance_slices == m.gpu_instance_slices) {
+    return true;
+  }
+  warnings.push_back("MIG device " + m.uuid + " is a " + std::to_string(m.compute_instance_slices) + "c." +
+                     m.profile + " compute instance, smaller than its GPU instance: not advertised");
+  return false;
+}
+
 Device MigPart(const gpu::Gpu& g, const gpu::MigDevice& m, int position) {
   Device d;
   d.id = m.uuid;
@@ -64,7 +78,12 @@ Status PlaceDevices(const gpu::NodeInventory& inv, MigStrategy strategy, std::ve
       for (const auto& g : inv.gpus) {
         if (g.mig_mode != gpu::MigMode::kEnabled) continue;
         ++enabled;
-        for (const auto& m : g.mig_devices) profiles.insert(m.profile);
+        for (const auto& m : g.mig_devices) {
+          if (m.compute_instance_slices == 0 || m.compute_instance_slices == m.gpu_instance_slices ||
+              m.gpu_instance_slices == 0) {
+            profiles.insert(m.profile);
+          }
+        }
       }
       if (enabled == 0) {
         return PlaceDevices(inv, MigStrategy::kNone, out, warnings);
@@ -83,7 +102,7 @@ Status PlaceDevices(const gpu::NodeInventory& inv, MigStrategy strategy, std::ve
       Resource& r = ResourceNamed(out, gpu_name);
       for (size_t p = 0; p < inv.gpus.size(); ++p) {
         for (const auto& m : inv.gpus[p].mig_devices) {
-          r.devices.push_back(MigPart(inv.gpus[p], m, static_cast<int>(p)));
+          if (Advertisable(m, warnings)) r.devices.push_back(MigPart(inv.gpus[p], m, static_cast<int>(p)));
         }
       }
       if (r.devices.empty()) {
@@ -100,6 +119,7 @@ Status PlaceDevices(const gpu::NodeInventory& inv, MigStrategy strategy, std::ve
           continue;
         }
         for (const auto& m : g.mig_devices) {
+          if (!Advertisable(m, warnings)) continue;
           ResourceNamed(out, MigResourceName(m.profile)).devices.push_back(
               MigPart(g, m, static_cast<int>(p)));
         }

@@ -103,6 +103,30 @@ TEST(ResourceTest, MigMediaExtensionProfileGivesAValidResourceName) {
   for (const auto& r : (*set)->resources) EXPECT_TRUE(std::regex_match(r.name, qualified)) << r.name;
 }
 
+// A 3g GPU instance split into 1c compute instances: each is a third of a
+// 3g, not a 3g, and is not advertised (as in NVIDIA's plugin), with a
+// warning; the whole-GI compute instance on the other GPU instance is.
+TEST(ResourceTest, ComputeInstancesSmallerThanTheirGpuInstanceAreNotAdvertised) {
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
+  auto whole = MakeMig(g0, 0, "3g.40gb", 1), part_a = MakeMig(g0, 1, "3g.40gb", 2), part_b = MakeMig(g0, 2, "3g.40gb", 2);
+  whole.gpu_instance_slices = whole.compute_instance_slices = 3;
+  part_a.gpu_instance_slices = part_b.gpu_instance_slices = 3;
+  part_a.compute_instance_slices = part_b.compute_instance_slices = 1;
+  part_b.compute_instance_id = 1;
+  g0.mig_devices = {whole, part_a, part_b};
+  for (MigStrategy strategy : {MigStrategy::kMixed, MigStrategy::kSingle}) {
+    ResourceOptions o;
+    o.mig_strategy = strategy;
+    auto set = BuildResources(Node({g0}), o);
+    ASSERT_TRUE(set.ok()) << set.status().ToString();
+    const Resource* r = (*set)->Find(strategy == MigStrategy::kMixed ? "nvidia.com/mig-3g.40gb" : "nvidia.com/gpu");
+    ASSERT_NE(r, nullptr);
+    EXPECT_THAT(Ids(*r), ElementsAre("MIG-0-0"));
+    ASSERT_EQ((*set)->warnings.size(), 2u);
+    EXPECT_THAT((*set)->warnings[0], ::testing::HasSubstr("1c.3g.40gb"));
+  }
+}
+
 TEST(ResourceTest, MigSingleUniformAdvertisesAsGpu) {
   auto g0 = MakeGpu(0, gpu::MigMode::kEnabled), g1 = MakeGpu(1, gpu::MigMode::kEnabled);
   g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 1)};

@@ -297,6 +297,13 @@ std::shared_ptr<const Snapshot> Collector::Collect() {
         Labels ml = base;
         ml.emplace_back("GPU_I_PROFILE", m.profile);
         ml.emplace_back("GPU_I_ID", std::to_string(m.gpu_instance_id));
+        // dcgm-exporter's labels name the GPU instance; a GPU instance split
+        // into several compute instances would give them one label set (two
+        // samples of one series). Those also name the compute instance.
+        const auto same_gi = std::count_if(g.mig_devices.begin(), g.mig_devices.end(), [&](const auto& o) {
+          return o.gpu_instance_id == m.gpu_instance_id;
+        });
+        if (same_gi > 1) ml.emplace_back("GPU_CI_ID", std::to_string(m.compute_instance_id));
         rows.push_back({&g, &m, m.uuid, std::move(ml)});
       }
     }

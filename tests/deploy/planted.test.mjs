@@ -142,8 +142,8 @@ test("an HPA metric the adapter does not serve", () => {
 
 test("an adapter rule that does not map pods", () => {
   const r = runCheck(replaceIn("autoscaling/prometheus-adapter/config.yaml",
-    `        pod: {resource: "pod"}\n    name:\n      matches: "^DCGM_FI_DEV_GPU_UTIL$"`,
-    `    name:\n      matches: "^DCGM_FI_DEV_GPU_UTIL$"`));
+    `        pod: {resource: "pod"}\n    name:\n      matches: "^danqing_pod_gpu_utilization$"`,
+    `    name:\n      matches: "^danqing_pod_gpu_utilization$"`));
   expectFailure(r, "rules[0]: resources.overrides must map namespace and pod");
 });
 

@@ -301,6 +301,61 @@ TEST(PodsTest, WholeGpuAndMigDevicesCarryPodLabels) {
 // Time-sliced GPU 0 of the DGX A100 shared by three pods; four processes:
 // pod a (cgroup v2, systemd), pod b (cgroup v1, cgroupfs), a host process,
 // and one whose /proc entry is gone.
+// A GPU instance split into two compute instances: each is its own series
+// (GPU_CI_ID tells them apart); before, both had one label set, and
+// Prometheus kept one of the two samples at random.
+TEST(ExporterTest, ComputeInstancesOfOneGpuInstanceAreSeparateSeries) {
+  auto inv = std::make_shared<gpu::NodeInventory>();
+  gpu::Gpu g;
+  g.index = 0;
+  g.uuid = "GPU-split";
+  g.name = "NVIDIA A100-SXM4-80GB";
+  g.minor_number = 0;
+  g.pci.bus_id = "00000000:07:00.0";
+  g.mig_mode = gpu::MigMode::kEnabled;
+  for (uint32_t ci = 0; ci < 2; ++ci) {
+    gpu::MigDevice m;
+    m.uuid = "MIG-ci" + std::to_string(ci);
+    m.parent_uuid = g.uuid;
+    m.index = static_cast<int>(ci);
+    m.gpu_instance_id = 1;
+    m.compute_instance_id = ci;
+    m.profile = "4g.40gb";
+    g.mig_devices.push_back(m);
+  }
+  gpu::MigDevice whole;  // alone in its GPU instance: dcgm-exporter's labels only
+  whole.uuid = "MIG-whole";
+  whole.parent_uuid = g.uuid;
+  whole.index = 2;
+  whole.gpu_instance_id = 2;
+  whole.profile = "3g.40gb";
+  g.mig_devices.push_back(whole);
+  inv->gpus.push_back(g);
+  Sources src;
+  src.inventory = [inv] { return std::shared_ptr<const gpu::NodeInventory>(inv); };
+  src.read_sensors = [](const std::string& uuid) -> Result<gpu::Sensors> {
+    gpu::Sensors x;
+    x.uuid = uuid;
+    x.utilization_gpu = uuid == "MIG-ci0" ? 10 : 90;
+    return x;
+  };
+  CollectorOptions o = Options();
+  Registry reg;
+  Collector c(o, src, reg);
+  auto e = Parse(Text(*c.Collect()));
+  ASSERT_TRUE(e.errors.empty());
+  auto gi1 = Series(e, "DCGM_FI_DEV_GPU_UTIL", g.uuid, "1");
+  ASSERT_EQ(gi1.size(), 2u);
+  std::set<std::string> ci_ids;
+  for (const auto* s : gi1) ci_ids.insert(s->labels.at("GPU_CI_ID"));
+  EXPECT_EQ(ci_ids, (std::set<std::string>{"0", "1"}));
+  EXPECT_EQ(e.Value("DCGM_FI_DEV_GPU_UTIL", {{"GPU_I_ID", "1"}, {"GPU_CI_ID", "0"}}), 10);
+  EXPECT_EQ(e.Value("DCGM_FI_DEV_GPU_UTIL", {{"GPU_I_ID", "1"}, {"GPU_CI_ID", "1"}}), 90);
+  auto gi2 = Series(e, "DCGM_FI_DEV_GPU_UTIL", g.uuid, "2");
+  ASSERT_EQ(gi2.size(), 1u);
+  EXPECT_EQ(gi2[0]->labels.count("GPU_CI_ID"), 0u);
+}
+
 TEST(PodsTest, TimeSlicedSplitFromPerProcessFigures) {
   test::Node node("a100-8x-nvswitch");
   ASSERT_TRUE(node.inventory);

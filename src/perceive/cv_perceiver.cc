@@ -57,7 +57,13 @@ class CvPerceiver final : public Perceiver {
     const double scale = std::min(
         1.0, static_cast<double>(options_.analysis_side) / std::max(view.width, view.height));
     cv::Mat rgb;
-    if (scale < 1.0) {
+    // A panorama strip (over ~640:1) would shrink its short side to 0 pixels,
+    // which OpenCV refuses: keep at least one.
+    const int small_w = static_cast<int>(std::lround(view.width * scale));
+    const int small_h = static_cast<int>(std::lround(view.height * scale));
+    if (scale < 1.0 && (small_w < 1 || small_h < 1)) {
+      cv::resize(full, rgb, cv::Size(std::max(1, small_w), std::max(1, small_h)), 0, 0, cv::INTER_AREA);
+    } else if (scale < 1.0) {
       cv::resize(full, rgb, cv::Size(), scale, scale, cv::INTER_AREA);
     } else {
       rgb = full.clone();

@@ -51,6 +51,17 @@ class PerceiveTest : public ::testing::Test {
   std::unique_ptr<Perceiver> perceiver_;
 };
 
+// Strips too thin to keep a pixel across once shrunk to the analysis size
+// (OpenCV refused a 0-pixel side, and the upload got a 500): perceived.
+TEST_F(PerceiveTest, PanoramaStripsArePerceived) {
+  for (auto [w, h] : {std::pair{16000, 8}, std::pair{2000, 1}, std::pair{1, 2000}, std::pair{4, 8000}}) {
+    Canvas c(w, h);
+    c.Fill(0, h, 110, 160, 230);
+    auto r = perceiver_->Perceive(c.View());
+    EXPECT_TRUE(r.ok()) << w << "x" << h << ": " << r.status().ToString();
+  }
+}
+
 TEST_F(PerceiveTest, BlueSkyOverBlueWaterIsWater) {
   Canvas c(200, 120);
   c.Fill(0, 60, 110, 160, 230);  // sky

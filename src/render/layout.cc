@@ -93,86 +93,96 @@ Result<LayoutResult> Layout(const LayoutInput& in, const Region& region, const R
     return InvalidArgument("the text does not fit the canvas (even with " + std::to_string(static_cast<int>(min_cell)) +
                            " px characters); use a larger canvas or less text");
   }
-  res.body_size = s;
-  const float main_len = in.vertical ? chosen.y1 - chosen.y0 : chosen.x1 - chosen.x0;
-  const float cross_len = in.vertical ? chosen.x1 - chosen.x0 : chosen.y1 - chosen.y0;
-  const float cross_used = CrossNeeded(groups, s, main_len);
-  // Longest run along the main axis, to centre the block.
-  float main_used = 0;
-  for (const auto& g : groups) {
-    float cs = s * g.scale;
-    int cap = static_cast<int>(std::floor(main_len / cs));
-    for (const auto& l : *g.lines) {
-      float len = static_cast<float>(std::min<size_t>(l.size(), static_cast<size_t>(cap))) * cs;
-      if (g.role == Role::kSignature) len += 0.6f * s + 0.9f * s;  // indent and seal
-      main_used = std::max(main_used, std::min(main_len, len));
-    }
-  }
-  const float main0 = (in.vertical ? chosen.y0 : chosen.x0) + 0.5f * (main_len - main_used);
-  float cross = 0.5f * (cross_len - cross_used);  // from the cross start
-  int run = 0;
-  bool any = false;
-  float last_main_end = main0, last_cross_mid = 0, last_cs = s;
-  for (const auto& g : groups) {
-    float cs = s * g.scale;
-    int cap = static_cast<int>(std::floor(main_len / cs));
-    if (any) cross += 0.25f * s;
-    any = true;
-    float indent = g.role == Role::kSignature ? std::min(0.6f * s, main_len - static_cast<float>(cap) * cs) : 0.0f;
-    indent = std::max(0.0f, indent);
-    for (const auto& l : *g.lines) {
-      for (size_t i = 0; i < l.size(); i += static_cast<size_t>(cap)) {
-        float cross_mid = cross + 0.5f * cs * kPitch;
-        size_t n = std::min(l.size() - i, static_cast<size_t>(cap));
-        float m = main0 + indent;
-        if (g.role == Role::kTitle) {
-          m = main0 + 0.5f * (main_used - static_cast<float>(n) * cs) * 0.0f;
-        }
-        if (static_cast<float>(n) * cs + indent > main_len) m = main0;
-        for (size_t k = 0; k < n; ++k) {
-          Cell c;
-          c.c = l[i + k];
-          c.role = g.role;
-          c.size = cs;
-          c.run = run;
-          float along = m + (static_cast<float>(k) + 0.5f) * cs;
-          if (in.vertical) {
-            c.cx = chosen.x1 - cross_mid;
-            c.cy = along;
-          } else {
-            c.cx = along;
-            c.cy = chosen.y0 + cross_mid;
-          }
-          res.cells.push_back(c);
-        }
-        last_main_end = m + static_cast<float>(n) * cs;
-        last_cross_mid = cross_mid;
-        last_cs = cs;
-        cross += cs * kPitch;
-        ++run;
+  // Placed at the largest size that fits; smaller while the seal finds no room
+  // (the last run full and no room for a run beside it, where it would be
+  // stamped over the last characters).
+  float seal = 0, main_pos = 0, seal_cross = 0, cross_len = 0, cross_used = 0;
+  for (;;) {
+    res.cells.clear();
+    res.body_size = s;
+    const float main_len = in.vertical ? chosen.y1 - chosen.y0 : chosen.x1 - chosen.x0;
+    cross_len = in.vertical ? chosen.x1 - chosen.x0 : chosen.y1 - chosen.y0;
+    cross_used = CrossNeeded(groups, s, main_len);
+    // Longest run along the main axis, to centre the block.
+    float main_used = 0;
+    for (const auto& g : groups) {
+      float cs = s * g.scale;
+      int cap = static_cast<int>(std::floor(main_len / cs));
+      for (const auto& l : *g.lines) {
+        float len = static_cast<float>(std::min<size_t>(l.size(), static_cast<size_t>(cap))) * cs;
+        if (g.role == Role::kSignature) len += 0.6f * s + 0.9f * s;  // indent and seal
+        main_used = std::max(main_used, std::min(main_len, len));
       }
     }
-  }
-  // Seal: after the last character written, along the main axis; where that
-  // run is full, at the end of a new run beside it (inside `fallback`).
-  float seal = std::max(6.0f, std::min(0.72f * s, 1.6f * last_cs + 0.2f * s));
-  float main_pos = last_main_end + 0.3f * s;
-  float main_end = in.vertical ? chosen.y1 : chosen.x1;
-  float cross_mid = last_cross_mid;
-  if (main_pos + seal > main_end) {
-    main_pos = std::max(in.vertical ? chosen.y0 : chosen.x0, main_end - seal);
-    float next_mid = last_cross_mid + 0.5f * last_cs * kPitch + 0.2f * s + 0.5f * seal;
-    // The new run's far edge, in canvas coordinates, must stay inside `fallback`.
-    bool fits = in.vertical ? chosen.x1 - next_mid - 0.5f * seal >= fallback.x0
-                            : chosen.y0 + next_mid + 0.5f * seal <= fallback.y1;
-    if (fits) cross_mid = next_mid;
+    const float main0 = (in.vertical ? chosen.y0 : chosen.x0) + 0.5f * (main_len - main_used);
+    float cross = 0.5f * (cross_len - cross_used);  // from the cross start
+    int run = 0;
+    bool any = false;
+    float last_main_end = main0, last_cross_mid = 0, last_cs = s;
+    for (const auto& g : groups) {
+      float cs = s * g.scale;
+      int cap = static_cast<int>(std::floor(main_len / cs));
+      if (any) cross += 0.25f * s;
+      any = true;
+      float indent = g.role == Role::kSignature ? std::min(0.6f * s, main_len - static_cast<float>(cap) * cs) : 0.0f;
+      indent = std::max(0.0f, indent);
+      for (const auto& l : *g.lines) {
+        for (size_t i = 0; i < l.size(); i += static_cast<size_t>(cap)) {
+          float cross_mid = cross + 0.5f * cs * kPitch;
+          size_t n = std::min(l.size() - i, static_cast<size_t>(cap));
+          float m = main0 + indent;
+          if (g.role == Role::kTitle) {
+            m = main0 + 0.5f * (main_used - static_cast<float>(n) * cs) * 0.0f;
+          }
+          if (static_cast<float>(n) * cs + indent > main_len) m = main0;
+          for (size_t k = 0; k < n; ++k) {
+            Cell c;
+            c.c = l[i + k];
+            c.role = g.role;
+            c.size = cs;
+            c.run = run;
+            float along = m + (static_cast<float>(k) + 0.5f) * cs;
+            if (in.vertical) {
+              c.cx = chosen.x1 - cross_mid;
+              c.cy = along;
+            } else {
+              c.cx = along;
+              c.cy = chosen.y0 + cross_mid;
+            }
+            res.cells.push_back(c);
+          }
+          last_main_end = m + static_cast<float>(n) * cs;
+          last_cross_mid = cross_mid;
+          last_cs = cs;
+          cross += cs * kPitch;
+          ++run;
+        }
+      }
+    }
+    // Seal: after the last character written, along the main axis; where that
+    // run is full, at the end of a new run beside it (inside `fallback`).
+    seal = std::max(6.0f, std::min(0.72f * s, 1.6f * last_cs + 0.2f * s));
+    main_pos = last_main_end + 0.3f * s;
+    const float main_end = in.vertical ? chosen.y1 : chosen.x1;
+    seal_cross = last_cross_mid;
+    if (main_pos + seal > main_end) {
+      main_pos = std::max(in.vertical ? chosen.y0 : chosen.x0, main_end - seal);
+      float next_mid = last_cross_mid + 0.5f * last_cs * kPitch + 0.2f * s + 0.5f * seal;
+      // The new run's far edge, in canvas coordinates, must stay inside `fallback`.
+      bool fits = in.vertical ? chosen.x1 - next_mid - 0.5f * seal >= fallback.x0
+                              : chosen.y0 + next_mid + 0.5f * seal <= fallback.y1;
+      if (fits) seal_cross = next_mid;
+    }
+    const bool seal_over_text = seal_cross == last_cross_mid && main_pos < last_main_end - 0.05f * s;
+    if (!seal_over_text || s * 0.97f < min_cell) break;
+    s *= 0.97f;
   }
   if (in.vertical) {
-    res.seal_x = chosen.x1 - cross_mid - 0.5f * seal;
+    res.seal_x = chosen.x1 - seal_cross - 0.5f * seal;
     res.seal_y = main_pos;
   } else {
     res.seal_x = main_pos;
-    res.seal_y = chosen.y0 + cross_mid - 0.5f * seal;
+    res.seal_y = chosen.y0 + seal_cross - 0.5f * seal;
   }
   res.seal_size = seal;
   res.block = chosen;

@@ -235,6 +235,23 @@ TEST(LayoutTest, VerticalColumnsRunRightToLeftAndFit) {
   full = Layout(one_row, wide, Region{0, 0, 900, 700}, 8);
   ASSERT_TRUE(full.ok());
   EXPECT_TRUE(seal_clear(*full));
+  // No room beside the last run either (the region is the whole fallback):
+  // the characters shrink until the seal finds room, instead of the seal
+  // being stamped over the last ones (a visitor's own two-line text at the
+  // service's default size did that).
+  for (bool vertical : {false, true}) {
+    for (const Region canvas : {Region{0, 0, 1024, 768}, Region{0, 0, 1920, 1080}, Region{0, 0, 256, 768}}) {
+      for (size_t lines = 1; lines <= 4; ++lines) {
+        LayoutInput own;
+        own.vertical = vertical;
+        for (size_t i = 0; i < lines; ++i) own.lines.push_back({U'床', U'前', U'明', U'月', U'光'});
+        auto l = Layout(own, canvas, canvas, 8);
+        ASSERT_TRUE(l.ok());
+        EXPECT_TRUE(seal_clear(*l)) << (vertical ? "vertical " : "horizontal ") << canvas.x1 << "x" << canvas.y1
+                                    << ", " << lines << " lines";
+      }
+    }
+  }
   in.vertical = false;
   auto hz = Layout(in, r, r, 8);
   ASSERT_TRUE(hz.ok());

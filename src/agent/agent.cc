@@ -343,7 +343,12 @@ metrics::Sources Agent::MetricsSources() {
 }
 
 void Agent::StartMetrics(const config::Config& cfg) {
-  if (exporter_ && cfg.danqing.metrics_addr == metrics_addr_) return;
+  // What the exporter was started with: a reload that changes any of it
+  // (not only the address) restarts it.
+  const std::string key = cfg.danqing.metrics_addr + '\n' + cfg.danqing.pod_resources_socket + '\n' +
+                          cfg.danqing.device_plugin_path;
+  if (exporter_ && key == metrics_key_) return;
+  metrics_key_ = key;
   if (exporter_) {
     exporter_->Stop();  // its collector takes only sources_mu_, which we do not hold
     exporter_.reset();

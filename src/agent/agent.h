@@ -116,6 +116,7 @@ class Agent {
   // Metrics: /metrics, /healthz, /readyz on danqing.metricsAddr.
   std::unique_ptr<metrics::Exporter> exporter_;
   std::string metrics_addr_;
+  std::string metrics_key_;  // the options the running exporter was started with
 
   std::atomic<bool> degraded_{false};
   std::mutex retry_mu_;

@@ -11,6 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+
+#include <httplib.h>
 
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -98,6 +101,51 @@ sharing:
   EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
   EXPECT_FALSE(Exists(dir_ + "/danqing-nvidia.com-gpu.shared.sock"));
   EXPECT_THAT(daemon.Output(), HasSubstr("migStrategy"));
+}
+
+// The metrics endpoint's port, from the last "agent: metrics on ... (port N)" line.
+int MetricsPort(const std::string& output) {
+  const std::string key = "(port ";
+  const size_t at = output.rfind(key);
+  return at == std::string::npos ? 0 : std::atoi(output.c_str() + at + key.size());
+}
+
+// A reload that changes only where the pod-resources socket is: the exporter
+// starts again with it (before, only a new metrics address restarted it, and
+// the pods stayed unattributed until the process restarted).
+TEST_F(DaemonTest, ReloadAppliesANewPodResourcesSocketToTheMetrics) {
+  FakeNode node("a100-8x-nvswitch");
+  auto write = [&](const std::string& socket) {
+    std::ofstream(config_) << "version: v1\ndanqing:\n  metricsAddr: \"127.0.0.1:0\"\n  podResourcesSocket: " << socket
+                           << "\n";
+  };
+  write(dir_ + "/absent.sock");
+  KubeletEmulator kubelet(dir_);
+  ASSERT_TRUE(kubelet.Start().ok());
+  danqing::testing::PodResourcesEmulator pods(dir_ + "/pod-resources.sock");
+  ASSERT_TRUE(pods.Start().ok());
+  ChildProcess daemon(Args());
+  ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu", 10s)) << daemon.Output();
+  // The sample line itself (its HELP line also starts with the name).
+  auto sample = [&](const std::string& line, std::chrono::seconds within) {
+    const auto until = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < until) {
+      if (const int port = MetricsPort(daemon.Output()); port > 0) {
+        httplib::Client c("127.0.0.1", port);
+        c.set_connection_timeout(1, 0);
+        auto r = c.Get("/metrics");
+        if (r && r->status == 200 && r->body.find("\n" + line + "\n") != std::string::npos) return true;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  };
+  ASSERT_TRUE(sample("danqing_pod_resources_up 0", 10s)) << daemon.Output();
+  write(pods.socket_path());
+  ASSERT_TRUE(daemon.Signal(SIGHUP));
+  EXPECT_TRUE(sample("danqing_pod_resources_up 1", 10s)) << daemon.Output();
+  ASSERT_TRUE(daemon.Signal(SIGTERM));
+  EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
 }
 
 TEST_F(DaemonTest, ConfigFileChangeAppliesOnlyWhatDiffers) {

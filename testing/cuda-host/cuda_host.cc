@@ -156,6 +156,23 @@ void Violation(const std::string& what) {
   std::fprintf(stderr, "cuda-host: %s\n", what.c_str());
 }
 
+// Queued work found its device memory gone when it ran: on a device, an
+// illegal address, which loses the context.
+void FaultWhenRun(const std::string& what) {
+  Violation(what + ", when it ran");
+  Lose(cudaErrorIllegalAddress);
+}
+
+// Waits for `queue` (runs it), then returns the call's own error (injected),
+// or the one queued work lost the context with.
+cudaError_t Synchronize(const char* api, cudaStream_t queue) {
+  const cudaError_t e = Enter(api);
+  Drain(queue);
+  if (e != cudaSuccess) return Fail(e);
+  if (cudaError_t lost = StickyNow(); lost != cudaSuccess) return Fail(lost);
+  return cudaSuccess;
+}
+
 // Whether [p, p+bytes) lies inside one live device allocation.
 bool InDevice(const void* p, size_t bytes) {
   State& s = S();
@@ -237,11 +254,7 @@ cudaError_t Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, siz
   }
   Enqueue(stream, [=, staging = std::move(staging)](bool run) {  // the staged bytes live as long as the copy
     if (!run) return;
-    if (!CopyInDevice(dst, dpitch, src, spitch, width, rows, kind)) {
-      Violation(what + ", when it ran");
-      Lose(cudaErrorIllegalAddress);
-      return;
-    }
+    if (!CopyInDevice(dst, dpitch, src, spitch, width, rows, kind)) return FaultWhenRun(what);
     for (size_t r = 0; r < rows; ++r) {
       std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
     }
@@ -403,11 +416,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t strea
   }
   Enqueue(stream, [=](bool run) {
     if (!run) return;
-    if (!InDevice(p, bytes)) {
-      Violation(what + ", when it ran");
-      Lose(cudaErrorIllegalAddress);
-      return;
-    }
+    if (!InDevice(p, bytes)) return FaultWhenRun(what);
     std::memset(p, value, bytes);
   });
   return cudaSuccess;
@@ -422,22 +431,12 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
 // Runs what is queued; then returns the injected error, or the one queued
 // work lost the context with. On a lost context the queue is dropped.
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  const cudaError_t e = Enter("cudaStreamSynchronize");
-  Drain(stream == nullptr ? &S().legacy : stream);
-  if (e != cudaSuccess) return Fail(e);
-  if (cudaError_t lost = StickyNow(); lost != cudaSuccess) return Fail(lost);
-  return cudaSuccess;
+  return Synchronize("cudaStreamSynchronize", stream == nullptr ? &S().legacy : stream);
 }
 
 // The legacy stream's work (other streams' queues belong to the threads that
 // synchronise them, and run then).
-cudaError_t cudaDeviceSynchronize() {
-  const cudaError_t e = Enter("cudaDeviceSynchronize");
-  Drain(&S().legacy);
-  if (e != cudaSuccess) return Fail(e);
-  if (cudaError_t lost = StickyNow(); lost != cudaSuccess) return Fail(lost);
-  return cudaSuccess;
-}
+cudaError_t cudaDeviceSynchronize() { return Synchronize("cudaDeviceSynchronize", &S().legacy); }
 
 // As on a device, what is queued still completes (or is dropped, on a lost context).
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
@@ -632,13 +631,13 @@ void LaunchGrid(dim3 grid, dim3 block, cudaStream_t stream, std::function<void()
     order = s.config.order;
     seed = s.config.seed * 0x9e3779b97f4a7c15ull + ++s.launches;
   }
-  Enqueue(stream, [grid, block, order, seed, body = std::move(body)](bool run) {
+  Enqueue(stream, [grid, block, blocks, order, seed, body = std::move(body)](bool run) {
     if (!run) return;
     gridDim = grid;
     blockDim = block;
     std::mt19937_64 rng(seed);
     std::vector<uint32_t> bs, ts;
-    Order(bs, static_cast<uint32_t>(static_cast<uint64_t>(grid.x) * grid.y * grid.z), order, rng);
+    Order(bs, static_cast<uint32_t>(blocks), order, rng);
     Order(ts, block.x * block.y * block.z, order, rng);  // one permutation for every block: cheaper
     for (uint32_t b : bs) {
       blockIdx = uint3{b % grid.x, b / grid.x % grid.y, b / grid.x / grid.y};

@@ -22,11 +22,14 @@ Device WholeGpu(const gpu::Gpu& g, int position) {
 // three sharing the 3g's memory) is not the profile it would be advertised
 // under: a pod asking for a 3g would get a third of one. NVIDIA's plugin does
 // not advertise these either. Zero slices: the driver did not say.
+bool WholeGpuInstance(const gpu::MigDevice& m) {
+  return m.compute_instance_slices == 0 || m.gpu_instance_slices == 0 ||
+         m.compute_instance_slices == m.gpu_instance_slices;
+}
+
+// WholeGpuInstance, with a warning for a device left out.
 bool Advertisable(const gpu::MigDevice& m, std::vector<std::string>& warnings) {
-  if (m.compute_instance_slices == 0 || m.gpu_instance_slices == 0 ||
-      m.compute_instance_slices == m.gpu_instance_slices) {
-    return true;
-  }
+  if (WholeGpuInstance(m)) return true;
   warnings.push_back("MIG device " + m.uuid + " is a " + std::to_string(m.compute_instance_slices) + "c." +
                      m.profile + " compute instance, smaller than its GPU instance: not advertised");
   return false;
@@ -79,10 +82,7 @@ Status PlaceDevices(const gpu::NodeInventory& inv, MigStrategy strategy, std::ve
         if (g.mig_mode != gpu::MigMode::kEnabled) continue;
         ++enabled;
         for (const auto& m : g.mig_devices) {
-          if (m.compute_instance_slices == 0 || m.compute_instance_slices == m.gpu_instance_slices ||
-              m.gpu_instance_slices == 0) {
-            profiles.insert(m.profile);
-          }
+          if (WholeGpuInstance(m)) profiles.insert(m.profile);
         }
       }
       if (enabled == 0) {

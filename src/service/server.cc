@@ -201,19 +201,19 @@ void Server::Routes() {
   // uncompressed.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_request_start = Clock::now();
+    auto refuse = [&](int code, const std::string& message) {
+      metrics_->rejected.Add("reason=\"encoding\"");
+      res.set_header("Connection", "close");
+      Error(res, code, message);
+      return httplib::Server::HandlerResponse::Handled;
+    };
     const std::string te = req.get_header_value("Transfer-Encoding");
-    const std::string ce = req.get_header_value("Content-Encoding");
     if (!te.empty() && te != "identity") {
-      metrics_->rejected.Add("reason=\"encoding\"");
-      res.set_header("Connection", "close");
-      Error(res, 411, "send the upload with a Content-Length (Transfer-Encoding " + te + " is not accepted)");
-      return httplib::Server::HandlerResponse::Handled;
+      return refuse(411, "send the upload with a Content-Length (Transfer-Encoding " + te + " is not accepted)");
     }
+    const std::string ce = req.get_header_value("Content-Encoding");
     if (!ce.empty() && ce != "identity") {
-      metrics_->rejected.Add("reason=\"encoding\"");
-      res.set_header("Connection", "close");
-      Error(res, 415, "send the upload uncompressed (Content-Encoding " + ce + " is not accepted)");
-      return httplib::Server::HandlerResponse::Handled;
+      return refuse(415, "send the upload uncompressed (Content-Encoding " + ce + " is not accepted)");
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
@@ -409,7 +409,7 @@ void Server::ProbeRoutes(httplib::Server& s) {
     res.set_content("ok\n", "text/plain");
   });
   s.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining_ || not_ready_) {
+    if (not_ready_) {
       res.status = 503;
       res.set_content("draining\n", "text/plain");
     } else {
@@ -422,17 +422,28 @@ void Server::ProbeRoutes(httplib::Server& s) {
   });
 }
 
-Status Server::Start() {
-  if (options_.port == 0) {
-    port_ = http_->bind_to_any_port(options_.host);
-    if (port_ <= 0) return Unavailable("cannot bind " + options_.host + " on any port");
-  } else {
-    if (!http_->bind_to_port(options_.host.c_str(), options_.port)) {
-      return Unavailable("cannot bind " + options_.host + ":" + std::to_string(options_.port) +
-                         " (in use, or not permitted)");
-    }
-    port_ = options_.port;
+namespace {
+
+// Binds `s` to host:port (0: any free port); the port bound.
+Result<int> Bind(httplib::Server& s, const std::string& host, int port, const char* what) {
+  if (port == 0) {
+    const int bound = s.bind_to_any_port(host);
+    if (bound <= 0) return Unavailable(std::string("cannot bind ") + what + " on " + host + ", any port");
+    return bound;
   }
+  if (!s.bind_to_port(host.c_str(), port)) {
+    return Unavailable(std::string("cannot bind ") + what + " " + host + ":" + std::to_string(port) +
+                       " (in use, or not permitted)");
+  }
+  return port;
+}
+
+}  // namespace
+
+Status Server::Start() {
+  auto port = Bind(*http_, options_.host, options_.port, "the port");
+  if (!port.ok()) return port.status();
+  port_ = *port;
   if (options_.probe_port >= 0) {
     probe_http_ = std::make_unique<httplib::Server>();
     probe_http_->new_task_queue = [] { return new httplib::ThreadPool(4); };
@@ -440,14 +451,9 @@ Status Server::Start() {
     probe_http_->set_write_timeout(std::chrono::seconds(5));
     probe_http_->set_payload_max_length(64 * 1024);
     ProbeRoutes(*probe_http_);
-    probe_port_ = options_.probe_port;
-    if (options_.probe_port == 0) {
-      probe_port_ = probe_http_->bind_to_any_port(options_.host);
-      if (probe_port_ <= 0) return Unavailable("cannot bind the probe port on " + options_.host);
-    } else if (!probe_http_->bind_to_port(options_.host.c_str(), options_.probe_port)) {
-      return Unavailable("cannot bind the probe port " + options_.host + ":" + std::to_string(options_.probe_port) +
-                         " (in use, or not permitted)");
-    }
+    auto probe = Bind(*probe_http_, options_.host, options_.probe_port, "the probe port");
+    if (!probe.ok()) return probe.status();
+    probe_port_ = *probe;
     probe_listener_ = std::thread([this] { probe_http_->listen_after_bind(); });
     spdlog::info("probes (/healthz /readyz /metrics) also on http://{}:{}", options_.host, probe_port_);
   }
@@ -464,9 +470,8 @@ void Server::StopReady() {
 }
 
 bool Server::Drain(std::chrono::milliseconds timeout) {
-  not_ready_ = true;
+  StopReady();
   draining_ = true;
-  metrics_->draining = 1;
   queue_->Close();
   spdlog::info("draining: {} waiting, {} rendering", queue_->depth(), queue_->in_flight());
   const bool idle = queue_->WaitIdle(timeout);

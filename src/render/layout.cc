@@ -96,12 +96,13 @@ Result<LayoutResult> Layout(const LayoutInput& in, const Region& region, const R
   // Placed at the largest size that fits; smaller while the seal finds no room
   // (the last run full and no room for a run beside it, where it would be
   // stamped over the last characters).
-  float seal = 0, main_pos = 0, seal_cross = 0, cross_len = 0, cross_used = 0;
+  const float main_len = in.vertical ? chosen.y1 - chosen.y0 : chosen.x1 - chosen.x0;
+  const float cross_len = in.vertical ? chosen.x1 - chosen.x0 : chosen.y1 - chosen.y0;
+  const float main_end = in.vertical ? chosen.y1 : chosen.x1;
+  float seal = 0, main_pos = 0, seal_cross = 0, cross_used = 0;
   for (;;) {
     res.cells.clear();
     res.body_size = s;
-    const float main_len = in.vertical ? chosen.y1 - chosen.y0 : chosen.x1 - chosen.x0;
-    cross_len = in.vertical ? chosen.x1 - chosen.x0 : chosen.y1 - chosen.y0;
     cross_used = CrossNeeded(groups, s, main_len);
     // Longest run along the main axis, to centre the block.
     float main_used = 0;
@@ -163,7 +164,6 @@ Result<LayoutResult> Layout(const LayoutInput& in, const Region& region, const R
     // run is full, at the end of a new run beside it (inside `fallback`).
     seal = std::max(6.0f, std::min(0.72f * s, 1.6f * last_cs + 0.2f * s));
     main_pos = last_main_end + 0.3f * s;
-    const float main_end = in.vertical ? chosen.y1 : chosen.x1;
     seal_cross = last_cross_mid;
     if (main_pos + seal > main_end) {
       main_pos = std::max(in.vertical ? chosen.y0 : chosen.x0, main_end - seal);

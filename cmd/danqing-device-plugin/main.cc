@@ -24,9 +24,9 @@
 
 #include "agent/agent.h"
 #include "agent/doctor.h"
-#include "common/file_watcher.h"
 #include "common/log.h"
 #include "config/config.h"
+#include "config/watch.h"
 #include "gpu/nvml_backend.h"
 #include "gpu/report.h"
 #include "metrics/agent_metrics.h"
@@ -111,17 +111,16 @@ int Serve(const danqing::config::CommandLine& cl, danqing::config::Config cfg) {
   danqing::agent::Agent agent(danqing::agent::NvmlBackendFactory(), raise_reload);
   if (auto st = agent.Start(cfg); !st.ok()) return Fail(st);
   danqing::FileWatcher config_watcher;
-  if (!cfg.source.empty()) {
-    if (auto st = config_watcher.Start(cfg.source, raise_reload); !st.ok()) {
-      spdlog::warn("config: not watching {}: {} (SIGHUP still reloads)", cfg.source, st.ToString());
-    }
+  const auto resolve = [&cl] { return danqing::config::Resolve(cl, danqing::config::ProcessEnvironment()); };
+  if (auto st = danqing::config::WatchConfig(config_watcher, cfg, resolve, raise_reload); !st.ok()) {
+    spdlog::warn("config: not watching {}: {} (SIGHUP still reloads)", cfg.source, st.ToString());
   }
   spdlog::info("danqing-device-plugin: serving; SIGHUP reloads, SIGTERM stops");
   for (;;) {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) continue;
     if (sig == SIGHUP) {
-      auto next = danqing::config::Resolve(cl, danqing::config::ProcessEnvironment());
+      auto next = resolve();
       auto& reloads = danqing::metrics::AgentMetrics().reloads;
       if (!next.ok()) {
         spdlog::error("reload: {} (keeping the running configuration)", next.status().ToString());

@@ -1,0 +1,108 @@
+// Tests of WatchConfig: edits made before the watch began, edits after it, and
+// an unchanged file.
+#include "config/watch.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace danqing::config {
+namespace {
+
+using namespace std::chrono_literals;
+
+class WatchConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "danqing-watch-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/config.yaml";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Write-then-rename, as editors and ConfigMap volumes replace files.
+  void Write(const std::string& text) {
+    std::ofstream(path_ + ".tmp") << text;
+    std::filesystem::rename(path_ + ".tmp", path_);
+  }
+  static std::string Replicas(int n) {
+    return "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+           "      replicas: " +
+           std::to_string(n) + "\n";
+  }
+  Config Load() {
+    auto c = LoadConfigFile(path_);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(c).value() : Config{};
+  }
+  std::function<Result<Config>()> Resolver() {
+    return [this] { return LoadConfigFile(path_); };
+  }
+  bool WaitFor(const std::atomic<int>& n, int at_least) {
+    for (int i = 0; i < 500 && n.load() < at_least; ++i) std::this_thread::sleep_for(10ms);
+    return n.load() >= at_least;
+  }
+
+  std::string dir_;
+  std::string path_;
+};
+
+TEST_F(WatchConfigTest, AnEditMadeBeforeTheWatchBeganIsReportedAtOnce) {
+  Write(Replicas(2));
+  const Config loaded = Load();
+  Write(Replicas(4));  // after the read, before the watch: no inotify event
+  FileWatcher watcher;
+  std::atomic<int> changes{0};
+  ASSERT_TRUE(WatchConfig(watcher, loaded, Resolver(), [&] { ++changes; }).ok());
+  EXPECT_EQ(changes.load(), 1);  // before WatchConfig returned
+}
+
+TEST_F(WatchConfigTest, AFileThatNoLongerParsesIsReportedSoTheReloadCanSayWhy) {
+  Write(Replicas(2));
+  const Config loaded = Load();
+  Write("version: v1\nsharing: [\n");
+  FileWatcher watcher;
+  std::atomic<int> changes{0};
+  ASSERT_TRUE(WatchConfig(watcher, loaded, Resolver(), [&] { ++changes; }).ok());
+  EXPECT_EQ(changes.load(), 1);
+}
+
+TEST_F(WatchConfigTest, AnUnchangedFileIsNotReportedALaterEditIs) {
+  Write(Replicas(2));
+  const Config loaded = Load();
+  FileWatcher watcher;
+  std::atomic<int> changes{0};
+  ASSERT_TRUE(WatchConfig(watcher, loaded, Resolver(), [&] { ++changes; }).ok());
+  EXPECT_EQ(changes.load(), 0);
+  Write(Replicas(4));
+  EXPECT_TRUE(WaitFor(changes, 1));
+  watcher.Stop();
+}
+
+TEST_F(WatchConfigTest, WithoutAFileNothingIsWatched) {
+  FileWatcher watcher;
+  std::atomic<int> changes{0};
+  Config none;
+  ASSERT_TRUE(WatchConfig(watcher, none, Resolver(), [&] { ++changes; }).ok());
+  EXPECT_EQ(changes.load(), 0);
+}
+
+TEST_F(WatchConfigTest, AnUnwatchableDirectoryIsAnError) {
+  Write(Replicas(2));
+  Config loaded = Load();
+  loaded.source = dir_ + "/missing/config.yaml";
+  FileWatcher watcher;
+  const Status st = WatchConfig(watcher, loaded, Resolver(), [] {});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("missing"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace danqing::config

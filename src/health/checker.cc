@@ -2,7 +2,26 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace danqing::health {
+namespace {
+
+// GPU UUID → its MIG mode and MIG devices (UUID and profile), in one string.
+std::map<std::string, std::string> MigLayout(const gpu::NodeInventory& inventory) {
+  std::map<std::string, std::string> out;
+  for (const auto& g : inventory.gpus) {
+    std::vector<std::string> devices;
+    for (const auto& d : g.mig_devices) devices.push_back(d.uuid + "=" + d.profile);
+    std::sort(devices.begin(), devices.end());
+    std::string layout(gpu::MigModeName(g.mig_mode));
+    for (const auto& d : devices) layout += " " + d;
+    out.emplace(g.uuid, std::move(layout));
+  }
+  return out;
+}
+
+}  // namespace
 
 Checker::Checker(gpu::GpuBackend& backend, CheckerOptions options, Publish publish,
                  std::function<void()> on_mig_change)
@@ -20,6 +39,7 @@ void Checker::Start(const gpu::NodeInventory& inventory) {
   {
     std::lock_guard lock(mu_);
     monitor_.SetInventory(inventory);
+    mig_layout_ = MigLayout(inventory);
   }
   spdlog::info("health: {}; polling every {} ms; XID quiet period {} s",
                options_.monitor.policy.Describe(),
@@ -34,6 +54,7 @@ void Checker::SetInventory(const gpu::NodeInventory& inventory) {
   {
     std::lock_guard lock(mu_);
     monitor_.SetInventory(inventory);
+    mig_layout_ = MigLayout(inventory);
     PublishLocked();
   }
   FlushLog();
@@ -73,6 +94,7 @@ void Checker::EventsLoop() {
         for (const auto& e : stream->errors()) {
           spdlog::warn("health: no events from GPU {} {}: {}", e.index, e.uuid, e.status.ToString());
         }
+        CatchUpMigChanges();
       } else {
         spdlog::warn("health: no device events ({}); relying on polling, retrying in 10 s",
                      s.status().ToString());
@@ -107,6 +129,28 @@ void Checker::EventsLoop() {
     }
     FlushLog();
   }
+}
+
+void Checker::CatchUpMigChanges() {
+  if (!on_mig_change_) return;
+  auto now = backend_.Discover();
+  if (!now.ok()) return;  // the poll thread reports a backend that fails
+  const auto current = MigLayout(*now);
+  std::string changed;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [uuid, layout] : current) {
+      // A GPU missing from either side is the poll thread's business (lost,
+      // or new until the next reload), not a re-partition.
+      if (auto it = mig_layout_.find(uuid); it != mig_layout_.end() && it->second != layout) {
+        changed = uuid;
+        break;
+      }
+    }
+  }
+  if (changed.empty()) return;
+  spdlog::info("health: MIG layout of {} changed before events were watched", changed);
+  on_mig_change_();
 }
 
 void Checker::PollLoop() {

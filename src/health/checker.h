@@ -69,6 +69,12 @@ class Checker {
 
  private:
   void EventsLoop();
+  // After each subscription to the event stream: NVML queues events only for
+  // a subscribed set, so a re-partition made between the inventory's
+  // discovery and the subscription (or while resubscribing) raised none.
+  // Rediscovers once and calls on_mig_change when a GPU present in both has
+  // another MIG mode or other MIG devices than the tracked inventory.
+  void CatchUpMigChanges();
   void PollLoop();
   void PublishLocked();  // mu_ held
   void FlushLog();       // writes the monitor's deferred log lines; mu_ not held
@@ -80,6 +86,8 @@ class Checker {
 
   mutable std::mutex mu_;
   Monitor monitor_;
+  // The tracked inventory's MIG layout by GPU UUID (mu_).
+  std::map<std::string, std::string> mig_layout_;
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -18,6 +18,8 @@
 
 #include "agent/agent.h"
 #include "config/config.h"
+#include "gpu/nvml_backend.h"
+#include "health/checker.h"
 #include "metrics/agent_metrics.h"
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -468,6 +470,53 @@ TEST_F(HealthAgentTest, HealthAndProbesAreOnTheMetricsEndpoint) {
   auto alive = cli.Get("/healthz");
   ASSERT_TRUE(alive);
   EXPECT_EQ(alive->status, 200);
+}
+
+// NVML queues an event only for a set already subscribed, so a re-partition
+// made between the inventory's discovery and the checker's subscription
+// raises no event. The checker compares the layout once subscribed.
+class CheckerMigCatchUpTest : public ::testing::Test {
+ protected:
+  // Counts on_mig_change calls of a checker started on the inventory
+  // discovered before `between` ran, for up to `wait`.
+  int MigChangesReported(const std::function<void(const FakeNode&)>& between, std::chrono::milliseconds wait) {
+    FakeNode node("a100-mig-mixed");
+    auto backend = gpu::NvmlBackend::Create(testing::FakeNvmlLibrary());
+    EXPECT_TRUE(backend.ok()) << backend.status().ToString();
+    if (!backend.ok()) return -1;
+    auto inventory = (*backend)->Discover();
+    EXPECT_TRUE(inventory.ok()) << inventory.status().ToString();
+    if (!inventory.ok()) return -1;
+    between(node);
+    std::atomic<int> changes{0};
+    health::CheckerOptions opts;
+    opts.poll_interval = 50ms;
+    health::Checker checker(**backend, opts, [](const auto&) {}, [&] { ++changes; });
+    checker.Start(*inventory);
+    const auto until = std::chrono::steady_clock::now() + wait;
+    while (changes.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+    checker.Stop();
+    return changes.load();
+  }
+};
+
+TEST_F(CheckerMigCatchUpTest, ARepartitionBeforeTheSubscriptionIsReported) {
+  const int reported = MigChangesReported(
+      [](const FakeNode& node) {
+        // GPU 2 goes from 3g.40gb x2 to one 7g.80gb while no event set exists.
+        node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"pending":1,"devices":[
+            {"profile":"7g.80gb","gpu_instance_id":0,"uuid":"MIG-5d2b8f6e-0a7c-5e11-9d3f-7b1c2a9e4f01"}]}})");
+      },
+      10s);
+  EXPECT_EQ(reported, 1);
+}
+
+TEST_F(CheckerMigCatchUpTest, AnUnchangedLayoutOrAnotherFaultIsNotAMigChange) {
+  // A GPU lost meanwhile is the poll thread's (it marks it unhealthy), not a
+  // reason to rebuild the resources.
+  const int reported = MigChangesReported(
+      [](const FakeNode& node) { node.Control(R"({"cmd":"lost","gpu":1})"); }, 1500ms);
+  EXPECT_EQ(reported, 0);
 }
 
 }  // namespace

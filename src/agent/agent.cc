@@ -197,6 +197,11 @@ Status Agent::Start(const config::Config& cfg) {
     base_ = built->set;
     inventory_ = std::make_shared<const gpu::NodeInventory>(built->inventory);
   }
+  // Health checks first: the GPUs are watched before the kubelet can hand
+  // them out, and an event from then on is not lost.
+  if (!degraded_) {
+    if (Status st = StartChecker(cfg, built->inventory); !st.ok()) return st;
+  }
   {
     std::lock_guard plock(publish_mu_);
     manager_ = std::make_unique<deviceplugin::PluginManager>(manager_options_);
@@ -206,9 +211,8 @@ Status Agent::Start(const config::Config& cfg) {
   if (degraded_) {
     retry_stop_ = false;
     retry_ = std::thread([this] { RetryLoop(); });
-    return Status::Ok();
   }
-  return StartChecker(cfg, built->inventory);
+  return Status::Ok();
 }
 
 void Agent::RetryLoop() {

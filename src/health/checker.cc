@@ -46,7 +46,8 @@ void Checker::Start(const gpu::NodeInventory& inventory) {
                std::chrono::duration_cast<std::chrono::milliseconds>(options_.poll_interval).count(),
                std::chrono::duration_cast<std::chrono::seconds>(options_.monitor.quiet_period).count());
   stop_ = false;
-  events_ = std::thread([this] { EventsLoop(); });
+  // Subscribed before Start returns: an event from here on is not lost.
+  events_ = std::thread([this, first = Subscribe()]() mutable { EventsLoop(std::move(first)); });
   poll_ = std::thread([this] { PollLoop(); });
 }
 
@@ -84,31 +85,36 @@ void Checker::PublishLocked() {
   if (publish_) publish_(monitor_.Unhealthy());
 }
 
-void Checker::EventsLoop() {
-  std::unique_ptr<gpu::EventStream> stream;
+std::unique_ptr<gpu::EventStream> Checker::Subscribe() {
+  auto s = backend_.WatchEvents({});
+  if (!s.ok()) {
+    spdlog::warn("health: no device events ({}); relying on polling, retrying in 10 s", s.status().ToString());
+    return nullptr;
+  }
+  for (const auto& e : (*s)->errors()) {
+    spdlog::warn("health: no events from GPU {} {}: {}", e.index, e.uuid, e.status.ToString());
+  }
+  CatchUpMigChanges();
+  return std::move(s).value();
+}
+
+void Checker::EventsLoop(std::unique_ptr<gpu::EventStream> stream) {
+  auto pause = std::chrono::seconds(10);  // before subscribing again after a failed subscription
   while (!stop_) {
     if (!stream) {
-      auto s = backend_.WatchEvents({});
-      if (s.ok()) {
-        stream = std::move(s).value();
-        for (const auto& e : stream->errors()) {
-          spdlog::warn("health: no events from GPU {} {}: {}", e.index, e.uuid, e.status.ToString());
-        }
-        CatchUpMigChanges();
-      } else {
-        spdlog::warn("health: no device events ({}); relying on polling, retrying in 10 s",
-                     s.status().ToString());
+      {
         std::unique_lock lock(stop_mu_);
-        stop_cv_.wait_for(lock, std::chrono::seconds(10), [this] { return stop_.load(); });
-        continue;
+        if (stop_cv_.wait_for(lock, pause, [this] { return stop_.load(); })) return;
       }
+      stream = Subscribe();
+      pause = std::chrono::seconds(10);
+      continue;
     }
     auto ev = stream->Wait(std::chrono::milliseconds(200));
     if (!ev.ok()) {
       spdlog::warn("health: device event stream failed ({}); resubscribing", ev.status().ToString());
       stream.reset();
-      std::unique_lock lock(stop_mu_);
-      stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_.load(); });
+      pause = std::chrono::seconds(1);
       continue;
     }
     if (!ev->has_value()) continue;

@@ -53,8 +53,10 @@ class Checker {
   Checker(const Checker&) = delete;
   Checker& operator=(const Checker&) = delete;
 
-  // Tracks `inventory` and starts both threads. Without an event stream
-  // (events unsupported, library too old) it logs why and keeps polling.
+  // Tracks `inventory`, subscribes to the backend's events and starts both
+  // threads: an event raised after Start returns is seen. Without an event
+  // stream (events unsupported, library too old) it logs why, keeps polling
+  // and tries to subscribe again every 10 s.
   void Start(const gpu::NodeInventory& inventory);
 
   // After a rediscovery: tracks the new devices (conditions of devices that
@@ -68,7 +70,10 @@ class Checker {
   std::map<std::string, uint64_t> transitions() const;
 
  private:
-  void EventsLoop();
+  // Subscribes to the backend's events; nullptr (logged) when it cannot.
+  std::unique_ptr<gpu::EventStream> Subscribe();
+  // `stream`: Start's subscription; when null, subscribes again after a pause.
+  void EventsLoop(std::unique_ptr<gpu::EventStream> stream);
   // After each subscription to the event stream: NVML queues events only for
   // a subscribed set, so a re-partition made between the inventory's
   // discovery and the subscription (or while resubscribing) raised none.

@@ -472,6 +472,47 @@ TEST_F(HealthAgentTest, HealthAndProbesAreOnTheMetricsEndpoint) {
   EXPECT_EQ(alive->status, 200);
 }
 
+// A backend whose subscription takes a while, as NVML's does on a node with
+// many GPUs (one registration per GPU).
+class SlowToSubscribe : public gpu::GpuBackend {
+ public:
+  explicit SlowToSubscribe(gpu::GpuBackend& real) : real_(real) {}
+  Result<gpu::NodeInventory> Discover() override { return real_.Discover(); }
+  Result<gpu::Sensors> ReadSensors(const std::string& uuid) override { return real_.ReadSensors(uuid); }
+  Result<std::unique_ptr<gpu::EventStream>> WatchEvents(const std::vector<std::string>& gpus) override {
+    std::this_thread::sleep_for(300ms);
+    return real_.WatchEvents(gpus);
+  }
+  std::string Describe() const override { return real_.Describe(); }
+
+ private:
+  gpu::GpuBackend& real_;
+};
+
+TEST(CheckerTest, AnEventRaisedOnceStartReturnedIsSeen) {
+  FakeNode node("a100-8x-nvswitch");
+  auto backend = gpu::NvmlBackend::Create(testing::FakeNvmlLibrary());
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  auto inventory = (*backend)->Discover();
+  ASSERT_TRUE(inventory.ok()) << inventory.status().ToString();
+  SlowToSubscribe slow(**backend);
+  health::CheckerOptions opts;
+  opts.poll_interval = 50ms;
+  health::Checker checker(slow, opts, [](const auto&) {});
+  checker.Start(*inventory);
+  // The agent registers with the kubelet right after Start: an XID from then
+  // on must mark the GPU, even while the events thread had not yet run.
+  node.Control(R"({"cmd":"xid","gpu":3,"xid":79})");
+  const std::string uuid = inventory->gpus[3].uuid;
+  bool sick = false;
+  for (int i = 0; i < 300 && !sick; ++i) {
+    sick = checker.Unhealthy().contains(uuid);
+    if (!sick) std::this_thread::sleep_for(10ms);
+  }
+  checker.Stop();
+  EXPECT_TRUE(sick);
+}
+
 // NVML queues an event only for a set already subscribed, so a re-partition
 // made between the inventory's discovery and the checker's subscription
 // raises no event. The checker compares the layout once subscribed.

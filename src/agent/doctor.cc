@@ -10,7 +10,13 @@
 #include <fstream>
 #include <sstream>
 
+#include <httplib.h>
+
+#include <map>
+#include <optional>
+
 #include "health/monitor.h"
+#include "metrics/exporter.h"
 
 namespace danqing::agent {
 namespace {
@@ -129,6 +135,73 @@ void CheckCdi(const config::Config& cfg, const DoctorOptions& options, Findings&
   }
 }
 
+// The value of label `name` in one exposition-format sample line; nullopt
+// when the line has none. Prometheus escapes \\, \" and \n in label values.
+std::optional<std::string> LabelValue(std::string_view line, std::string_view name) {
+  const std::string key = std::string(name) + "=\"";
+  for (size_t at = line.find(key); at != std::string_view::npos; at = line.find(key, at + 1)) {
+    if (at > 0 && line[at - 1] != '{' && line[at - 1] != ',') continue;  // a longer label name
+    std::string value;
+    for (size_t i = at + key.size(); i < line.size(); ++i) {
+      if (line[i] == '"') return value;
+      if (line[i] == '\\' && i + 1 < line.size()) {
+        ++i;
+        value += line[i] == 'n' ? '\n' : line[i];
+      } else {
+        value += line[i];
+      }
+    }
+    return std::nullopt;  // unterminated
+  }
+  return std::nullopt;
+}
+
+// The running agent's view of health: UUID → reason ("" when healthy), from
+// danqing_gpu_healthy on its /metrics on this host. The agent sees XIDs and
+// ECC events as they happen, which one reading of the sensors here cannot.
+// nullopt, with `why`, when no agent answers.
+std::optional<std::map<std::string, std::string>> AgentHealth(const config::Config& cfg, std::string& why) {
+  if (cfg.danqing.metrics_addr.empty()) {
+    why = "its metrics are off (metricsAddr is empty)";
+    return std::nullopt;
+  }
+  auto addr = metrics::ParseListenAddress(cfg.danqing.metrics_addr);
+  if (!addr.ok()) {
+    why = addr.status().ToString();
+    return std::nullopt;
+  }
+  std::string host = addr->first;
+  if (host.empty() || host == "0.0.0.0" || host == "::") host = "127.0.0.1";
+  const std::string where = host + ":" + std::to_string(addr->second);
+  httplib::Client client(host, addr->second);
+  client.set_connection_timeout(1, 0);
+  client.set_read_timeout(2, 0);
+  auto r = client.Get("/metrics");
+  if (!r) {
+    why = "nothing answers on " + where + " (" + httplib::to_string(r.error()) + ")";
+    return std::nullopt;
+  }
+  if (r->status != 200) {
+    why = where + "/metrics answered HTTP " + std::to_string(r->status);
+    return std::nullopt;
+  }
+  std::map<std::string, std::string> out;
+  std::istringstream body(r->body);
+  for (std::string line; std::getline(body, line);) {
+    if (!line.starts_with("danqing_gpu_healthy{")) continue;
+    const auto uuid = LabelValue(line, "UUID");
+    const size_t end = line.rfind('}');
+    if (!uuid || end == std::string::npos) continue;
+    const bool healthy = line.compare(end + 1, std::string::npos, " 1") == 0;
+    out[*uuid] = healthy ? "" : LabelValue(line, "reason").value_or("unhealthy");
+  }
+  if (out.empty()) {
+    why = where + "/metrics has no danqing_gpu_healthy series (is it the node agent?)";
+    return std::nullopt;
+  }
+  return out;
+}
+
 void CheckGpus(const config::Config& cfg, const BackendFactory& factory, Findings& f) {
   auto backend = factory(cfg);
   if (!backend.ok()) {
@@ -198,14 +271,30 @@ void CheckGpus(const config::Config& cfg, const BackendFactory& factory, Finding
   const auto now = health::Clock::now();
   for (const auto& g : inv->gpus) monitor.OnPoll(g.uuid, (*backend)->ReadSensors(g.uuid), now);
   const auto unhealthy = monitor.Unhealthy();
+  std::string why;
+  const auto agent = AgentHealth(cfg, why);
+  if (agent) {
+    f.Add(Level::kOk, "running agent", "answers; its view of each GPU (events included) is below");
+  } else {
+    f.Add(Level::kInfo, "running agent", why + "; GPU health below is one reading of the sensors: "
+                                               "XIDs and ECC events are seen only by a running agent");
+  }
   for (const auto& g : inv->gpus) {
-    auto it = unhealthy.find(g.uuid);
-    if (it == unhealthy.end()) {
-      f.Add(Level::kOk, "GPU " + std::to_string(g.index) + " health", g.uuid + " healthy");
+    const std::string check = "GPU " + std::to_string(g.index) + " health";
+    const std::string fix =
+        "see `danqing-device-plugin gpus` for its sensors; conditions marked as needing a reset "
+        "clear only after `nvidia-smi -r -i " + std::to_string(g.index) + "` (drain the node first)";
+    if (agent) {
+      auto seen = agent->find(g.uuid);
+      if (seen != agent->end() && !seen->second.empty()) {
+        f.Add(Level::kFail, check, g.uuid + " unhealthy (running agent): " + seen->second, fix);
+        continue;
+      }
+    }
+    if (auto it = unhealthy.find(g.uuid); it != unhealthy.end()) {
+      f.Add(Level::kFail, check, g.uuid + " unhealthy: " + it->second, fix);
     } else {
-      f.Add(Level::kFail, "GPU " + std::to_string(g.index) + " health", g.uuid + " unhealthy: " + it->second,
-            "see `danqing-device-plugin gpus` for its sensors; conditions marked as needing a reset "
-            "clear only after `nvidia-smi -r -i " + std::to_string(g.index) + "` (drain the node first)");
+      f.Add(Level::kOk, check, g.uuid + " healthy");
     }
   }
 }

@@ -5,7 +5,9 @@
 // the GPUs it reports; the device nodes containers need; the kubelet's
 // device-plugin directory and socket; the pod-resources socket; the CDI
 // directory; the container runtime's CDI setting (when its config file is
-// readable); device events; and each GPU's current health with reasons.
+// readable); device events; and each GPU's health with reasons: the running
+// agent's view when one answers on this host's metricsAddr (it saw the XIDs
+// and ECC events), else one reading of the sensors.
 //
 // Thread-safety: a function of its inputs and the filesystem.
 #pragma once

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -36,6 +37,7 @@ class DoctorTest : public ::testing::Test {
     cfg.danqing.nvml_lib = testing::FakeNvmlLibrary();
     cfg.flags.nvidia_driver_root = dir_;
     cfg.flags.nvidia_dev_root = dir_;
+    cfg.danqing.metrics_addr = "";  // no running agent unless a test starts one
     return cfg;
   }
 
@@ -128,6 +130,46 @@ TEST_F(DoctorTest, TheCommandPrintsFindingsAndExitsNonZeroOnFailure) {
   auto v = testing::RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--version"});
   EXPECT_EQ(v.exit_code, 0);
   EXPECT_THAT(v.out, HasSubstr("danqing-device-plugin 0."));
+}
+
+TEST_F(DoctorTest, AGpuTheRunningAgentTookOutForAnXidIsReportedWithItsReason) {
+  // An XID reaches only a process subscribed to events when it happens; the
+  // doctor's own reading of the sensors finds the GPU fine, so it asks the
+  // agent running on the node (its /metrics).
+  testing::FakeNode node("a100-8x-nvswitch");
+  testing::KubeletEmulator kubelet(dir_ + "/plugins");
+  ASSERT_TRUE(kubelet.Start().ok());
+  config::Config cfg = Config();
+  cfg.danqing.metrics_addr = "127.0.0.1:0";
+  cfg.danqing.node_features_file = "";
+  Agent agent;
+  ASSERT_TRUE(agent.Start(cfg).ok());
+  node.Control(R"({"cmd":"xid","gpu":2,"xid":79})");
+  cfg.danqing.metrics_addr = "127.0.0.1:" + std::to_string(agent.metrics_port());
+  const Finding* gpu2 = nullptr;
+  std::vector<Finding> findings;
+  for (int i = 0; i < 50; ++i) {  // the exporter collects every second
+    findings = RunDoctor(cfg, NvmlBackendFactory());
+    gpu2 = Find(findings, "GPU 2 health");
+    if (gpu2 != nullptr && gpu2->level == Finding::Level::kFail) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_NE(gpu2, nullptr);
+  EXPECT_EQ(gpu2->level, Finding::Level::kFail) << RenderFindings(findings);
+  EXPECT_THAT(gpu2->detail, HasSubstr("unhealthy (running agent): xid-79"));
+  const Finding* running = Find(findings, "running agent");
+  ASSERT_NE(running, nullptr);
+  EXPECT_EQ(running->level, Finding::Level::kOk);
+  EXPECT_EQ(Find(findings, "GPU 3 health")->level, Finding::Level::kOk);
+  agent.Stop();
+
+  // With the agent gone the doctor says so and judges by the sensors alone.
+  findings = RunDoctor(cfg, NvmlBackendFactory());
+  running = Find(findings, "running agent");
+  ASSERT_NE(running, nullptr);
+  EXPECT_EQ(running->level, Finding::Level::kInfo);
+  EXPECT_THAT(running->detail, HasSubstr("nothing answers on 127.0.0.1:"));
+  EXPECT_EQ(Find(findings, "GPU 2 health")->level, Finding::Level::kOk);
 }
 
 }  // namespace

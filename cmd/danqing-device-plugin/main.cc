@@ -180,7 +180,12 @@ int main(int argc, char** argv) {
     std::cout << danqing::agent::RenderFindings(findings);
     return danqing::agent::AnyFailed(findings) ? kExitFailure : 0;
   }
-  if (!cfg.ok()) return Fail(cfg.status());
+  // Whatever kept the configuration from resolving (a config file missing or
+  // unreadable as much as a bad value) is a configuration error: exit 2.
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "danqing-device-plugin: %s\n", cfg.status().ToString().c_str());
+    return kExitUsage;
+  }
   if (auto st = danqing::log::Configure(cfg->danqing.log_level); !st.ok()) return Fail(st);
   if (*gpus) return RunGpus(*cfg, json, no_sensors);
   return Serve(cl, std::move(cfg).value());

@@ -52,4 +52,10 @@ TEST(CliTest, BadLogLevelIsUsageError) {
   EXPECT_THAT(r.out, HasSubstr("flag --log-level=\"loud\": invalid log level"));
 }
 
+TEST(CliTest, AConfigFileThatCannotBeReadIsAConfigurationError) {
+  auto r = RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--config-file", "/nonexistent/config.yaml", "gpus"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("/nonexistent/config.yaml"));
+}
+
 }  // namespace

@@ -153,6 +153,12 @@ test("scraping the agent without honor_labels", () => {
   expectFailure(r, "job danqing-device-plugin needs honor_labels: true");
 });
 
+test("scraping the service on its upload port", () => {
+  const r = runCheck(replaceIn("monitoring/prometheus-scrape.yaml",
+    "        regex: probes\n", "        regex: http\n"));
+  expectFailure(r, `job danqing must scrape the "probes" port (its own threads), not "http"`);
+});
+
 test("a PodMonitor for the agent without honorLabels", () => {
   const r = runCheck(replaceIn("monitoring/prometheus-operator/podmonitors.yaml",
     "      honorLabels: true\n", ""));

@@ -23,7 +23,8 @@
 //    - every HPA Pods/Object metric is one the prometheus-adapter rules serve;
 //    - HPA and ScaledObject targets exist; priority classes exist;
 //    - images are pinned (no :latest, no untagged image);
-//    - the node agent's scrape keeps its pod labels (honor_labels / honorLabels).
+//    - the node agent's scrape keeps its pod labels (honor_labels / honorLabels);
+//    - the service is scraped on its probe port, which uploads cannot starve.
 //
 // Exit 0 when everything passes, 1 with one line per problem otherwise,
 // 2 on usage errors.
@@ -320,6 +321,16 @@ function checkScrapeConfig(file, problems) {
   else if (agent.honor_labels !== true) {
     problems.push(`${file}: job danqing-device-plugin needs honor_labels: true (the namespace/pod ` +
       `labels name the pod holding each GPU, not the agent)`);
+  }
+  const service = jobs.find((j) => j.job_name === "danqing");
+  if (!service) problems.push(`${file}: no danqing job`);
+  else {
+    const port = (service.relabel_configs ?? []).find((r) =>
+      (r.source_labels ?? []).includes("__meta_kubernetes_pod_container_port_name") && r.action === "keep");
+    if (port?.regex !== "probes") {
+      problems.push(`${file}: job danqing must scrape the "probes" port (its own threads), ` +
+        `not ${JSON.stringify(port?.regex ?? "every port")}`);
+    }
   }
 }
 

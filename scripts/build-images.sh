@@ -2,7 +2,8 @@
 # Builds the two container images as OCI archives with Debian's buildah
 # (vfs storage, chroot isolation, FROM scratch: no daemon, no registry), then
 # proves each is complete by unpacking the archive again and running the
-# binary's --version inside the image root (chroot, as the image's user).
+# binary's --version inside the image root (chroot, as the image's user); the
+# service must also start there (`serve` on a loopback port, then SIGTERM).
 #
 #   scripts/build-images.sh [--agent PATH] [--service PATH] [--data DIR]
 #                           [--out DIR] [--tag TAG]
@@ -11,6 +12,11 @@
 #   --service PATH  danqing (default build/default/cmd/danqing/danqing)
 #   --data DIR      the service's data files, copied to /usr/share/danqing
 #                   (default: data/ of the repository, when present)
+#   --strokes FILE  the built stroke data (default: data/strokes.bin of the
+#                   build tree the service binary is in)
+#   --cascades DIR  where the Haar cascades are (default /usr/share/opencv4/haarcascades)
+#   --font FILE     the fallback Kai font for characters without stroke data
+#                   (default /usr/share/fonts/truetype/arphic/ukai.ttc)
 #   --out DIR       where the archives go (default build/images)
 #   --tag TAG       image tag (default: the project version from CMakeLists.txt)
 #
@@ -30,6 +36,9 @@ version="$(sed -n 's/^project(danqing VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt
 agent="build/default/cmd/danqing-device-plugin/danqing-device-plugin"
 service="build/default/cmd/danqing/danqing"
 data="data"
+strokes=""
+cascades="/usr/share/opencv4/haarcascades"
+font="/usr/share/fonts/truetype/arphic/ukai.ttc"
 out="build/images"
 tag="${version:-dev}"
 while (($#)); do
@@ -37,11 +46,17 @@ while (($#)); do
     --agent) agent="$2"; shift 2 ;;
     --service) service="$2"; shift 2 ;;
     --data) data="$2"; shift 2 ;;
+    --strokes) strokes="$2"; shift 2 ;;
+    --cascades) cascades="$2"; shift 2 ;;
+    --font) font="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --tag) tag="$2"; shift 2 ;;
     *) echo "build-images: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+
+# build/<preset>/cmd/danqing/danqing → build/<preset>/data/strokes.bin
+[ -n "$strokes" ] || strokes="$(dirname "$service")/../../data/strokes.bin"
 
 if ! command -v buildah >/dev/null 2>&1; then
   echo "build-images: buildah not found (Debian package buildah; scripts/setup.sh installs it)" >&2
@@ -88,6 +103,38 @@ stage_binary() {
   printf '/usr/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n' >"$root/etc/ld.so.conf"
 }
 
+# What `danqing serve` opens at start besides the verse corpus it carries:
+# the stroke skeletons (built, not in the repository; their licence is next to
+# them), the two Haar cascades of Debian's opencv-data (their licence is in
+# each file's header) and the fallback font of fonts-arphic-ukai (its Debian
+# copyright file goes with it), at the paths the service looks in by default.
+stage_service_data() {
+  local root="$1" f
+  if [ ! -f "$strokes" ]; then
+    echo "FAIL danqing image: stroke data '$strokes' not found (build the danqing_strokes target, or --strokes FILE)"
+    return 1
+  fi
+  install -D -m 0644 "$strokes" "$root/usr/share/danqing/strokes.bin" || return 1
+  if [ -f "$(dirname "$strokes")/ARPHICPL.TXT" ]; then
+    install -m 0644 "$(dirname "$strokes")/ARPHICPL.TXT" "$root/usr/share/danqing/ARPHICPL.TXT" || return 1
+  fi
+  for f in haarcascade_frontalface_alt2.xml haarcascade_frontalcatface.xml; do
+    if [ ! -f "$cascades/$f" ]; then
+      echo "FAIL danqing image: $cascades/$f not found (Debian package opencv-data, or --cascades DIR)"
+      return 1
+    fi
+    install -D -m 0644 "$cascades/$f" "$root/usr/share/opencv4/haarcascades/$f" || return 1
+  done
+  if [ ! -f "$font" ]; then
+    echo "FAIL danqing image: font '$font' not found (Debian package fonts-arphic-ukai, or --font FILE)"
+    return 1
+  fi
+  install -D -m 0644 "$font" "$root/usr/share/fonts/truetype/arphic/ukai.ttc" || return 1
+  if [ -f /usr/share/doc/fonts-arphic-ukai/copyright ]; then
+    install -D -m 0644 /usr/share/doc/fonts-arphic-ukai/copyright "$root/usr/share/doc/fonts-arphic-ukai/copyright" || return 1
+  fi
+}
+
 # build NAME BINARY CONTAINERFILE USERSPEC [DATA_DIR]
 build() {
   local name="$1" bin="$2" containerfile="$3" userspec="$4" datadir="${5:-}"
@@ -108,6 +155,10 @@ build() {
   if [ -n "$datadir" ]; then
     mkdir -p "$ctx/rootfs/usr/share/danqing"
     cp -a "$datadir/." "$ctx/rootfs/usr/share/danqing/"
+  fi
+  if [ "$name" = danqing ] && ! stage_service_data "$ctx/rootfs"; then
+    failed=1
+    return
   fi
   cp "$containerfile" "$ctx/Containerfile"
   archive="$out/$name-$tag.oci.tar"
@@ -155,6 +206,28 @@ build() {
     echo "FAIL $name image: /usr/bin/$name $probe in the image root exited $rc: $(head -3 <<<"$output" | tr '\n' ' ')"
     failed=1
     return
+  fi
+  # The service must also start from what the image holds (stroke data,
+  # cascades, corpus): serve on a loopback port, then SIGTERM; a clean drain
+  # exits 0, a missing file exits 1 at once with the reason.
+  if [ "$name" = danqing ]; then
+    local version_line
+    version_line="$(head -1 <<<"$output")"
+    output="$(timeout --preserve-status -s TERM 3 chroot --userspec="$userspec" "$mnt" \
+      /usr/bin/danqing serve --host 127.0.0.1 --port 0 --drain-delay 0 2>&1)"
+    rc=$?
+    if [ $rc -ne 0 ] || ! grep -q 'serving on http://127.0.0.1:' <<<"$output"; then
+      echo "FAIL danqing image: serve in the image root exited $rc: $(grep -v '^$' <<<"$output" | tail -3 | tr '\n' ' ')"
+      failed=1
+      return
+    fi
+    if grep -q 'warning' <<<"$output"; then
+      echo "FAIL danqing image: serve in the image root warned: $(grep warning <<<"$output" | head -2 | tr '\n' ' ')"
+      failed=1
+      return
+    fi
+    probe="$probe and serve"
+    output="$version_line"
   fi
   local size files secs
   size=$(du -h "$archive" | cut -f1)

@@ -139,7 +139,7 @@ void RegisterServeCommand(CLI::App& app) {
                   "Also serve /healthz /readyz /metrics here, on threads of their own (-1: off)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 65535));
-  cmd->add_option("--workers", flags->workers, "Render workers (0: one per core)")
+  cmd->add_option("--workers", flags->workers, "Render workers (0: one per CPU the process may use: cores, affinity, cgroup CPU limit)")
       ->capture_default_str();
   cmd->add_option("--queue", flags->queue, "Renders that may wait (0: 2 x workers)")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include <random>
 #include <utility>
 
+#include "common/cpus.h"
 #include "service/assets.h"
 
 namespace danqing::service {
@@ -144,9 +145,8 @@ std::string InscriptionJson(const std::string& id, const InscriptionResult& r,
 
 Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics)
     : options_(std::move(options)), pipeline_(pipeline), metrics_(metrics) {
-  const size_t workers = options_.workers
-                             ? options_.workers
-                             : std::max<size_t>(1, std::thread::hardware_concurrency());
+  // The pod's CPU limit, not the node's core count (common/cpus.h).
+  const size_t workers = options_.workers ? options_.workers : AvailableCpus();
   const size_t capacity = options_.queue_capacity ? options_.queue_capacity : 2 * workers;
   queue_ = std::make_unique<RenderQueue>(workers, capacity, metrics_);
   id_salt_ = std::random_device{}();

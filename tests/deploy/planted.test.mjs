@@ -128,6 +128,12 @@ test("a misspelt field in a KEDA ScaledObject", () => {
   expectFailure(r, "ScaledObject/danqing/danqing: spec.minReplicas: unknown field");
 });
 
+test("a KEDA trigger that reads no data as zero", () => {
+  const r = runCheck(replaceIn("overlays/keda/scaledobject.yaml",
+    `ignoreNullValues: "false"`, `ignoreNullValues: "true"`));
+  expectFailure(r, `ScaledObject/danqing/danqing: triggers[0]: set metadata.ignoreNullValues: "false"`);
+});
+
 test("a kustomization that does not render", () => {
   const r = runCheck(replaceIn("overlays/time-sliced/kustomization.yaml",
     "  - ../../autoscaling/hpa\n", "  - ../../autoscaling/hpa\n  - missing.yaml\n"));

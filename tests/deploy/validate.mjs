@@ -22,6 +22,7 @@
 //    - every GPU resource (nvidia.com/*) has limits, and requests equal to them;
 //    - every HPA Pods/Object metric is one the prometheus-adapter rules serve;
 //    - HPA and ScaledObject targets exist; priority classes exist;
+//    - KEDA's Prometheus triggers fail on an empty result (ignoreNullValues: "false");
 //    - images are pinned (no :latest, no untagged image);
 //    - the node agent's scrape keeps its pod labels (honor_labels / honorLabels);
 //    - the service is scraped on its probe port, which uploads cannot starve.
@@ -384,6 +385,15 @@ async function validateFile(file, served, problems, agentConfigOut) {
       const ref = o.spec?.scaleTargetRef;
       const target = `${ref?.kind ?? "Deployment"}/${o.metadata?.namespace ?? ""}/${ref?.name}`;
       if (!names.has(target)) own.push(`scaleTargetRef ${ref?.kind} ${ref?.name} is not in this rendering`);
+    }
+    if (o.kind === "ScaledObject") {
+      for (const [i, t] of (o.spec?.triggers ?? []).entries()) {
+        // KEDA reads an empty Prometheus result as 0 unless told to fail: a
+        // lost scrape would shrink the Deployment instead of holding it.
+        if (t.type === "prometheus" && String(t.metadata?.ignoreNullValues) !== "false") {
+          own.push(`triggers[${i}]: set metadata.ignoreNullValues: "false" (an empty result must hold, not scale to the minimum)`);
+        }
+      }
     }
     if (o.kind === "PodMonitor" && o.metadata?.name === "danqing-device-plugin") {
       for (const ep of o.spec?.podMetricsEndpoints ?? []) {

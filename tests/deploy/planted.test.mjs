@@ -97,10 +97,16 @@ test("article trap 2: HPA on a Resource metric nvidia.com/gpu", () => {
 });
 
 test("GPU requests differ from limits", () => {
-  const r = runCheck(replaceIn("overlays/mig-mixed/perceive-deployment.yaml",
-    `              memory: 1Gi\n              nvidia.com/mig-1g.10gb: 1\n            limits:`,
-    `              memory: 1Gi\n              nvidia.com/mig-1g.10gb: 2\n            limits:`));
-  expectFailure(r, "nvidia.com/mig-1g.10gb requests 2 != limits 1");
+  const r = runCheck(replaceIn("base/danqing/deployment.yaml",
+    `              memory: 2Gi\n              nvidia.com/gpu: 1\n            limits:`,
+    `              memory: 2Gi\n              nvidia.com/gpu: 2\n            limits:`));
+  expectFailure(r, "nvidia.com/gpu requests 2 != limits 1");
+});
+
+test("a MIG Deployment scaled on GPU utilisation", () => {
+  const r = runCheck(replaceIn("overlays/mig-mixed/kustomization.yaml",
+    "        value: danqing_render_queue_depth\n", "        value: danqing_gpu_utilization\n"));
+  expectFailure(r, `metric Pods "danqing_gpu_utilization": danqing's pods hold MIG devices only`);
 });
 
 test("GPU requested without a limit", () => {

@@ -20,7 +20,8 @@
 //    - no HPA uses a Resource/ContainerResource metric other than cpu/memory
 //      (GPU utilisation is never a resource metric);
 //    - every GPU resource (nvidia.com/*) has limits, and requests equal to them;
-//    - every HPA Pods/Object metric is one the prometheus-adapter rules serve;
+//    - every HPA Pods/Object metric is one the prometheus-adapter rules serve,
+//      and none is GPU utilisation for pods that hold MIG devices only;
 //    - HPA and ScaledObject targets exist; priority classes exist;
 //    - KEDA's Prometheus triggers fail on an empty result (ignoreNullValues: "false");
 //    - images are pinned (no :latest, no untagged image);
@@ -380,6 +381,22 @@ async function validateFile(file, served, problems, agentConfigOut) {
     }
     if (o.kind === "HorizontalPodAutoscaler") {
       checkHpaMetrics(o, served, own);
+      // NVML has no utilisation for MIG devices: pods that hold only MIG
+      // devices have no GPU utilisation series, and an HPA on it never scales.
+      const ref = o.spec?.scaleTargetRef;
+      const target = objects.find((t) => t.kind === (ref?.kind ?? "Deployment") &&
+        t.metadata?.name === ref?.name && (t.metadata?.namespace ?? "") === (o.metadata?.namespace ?? ""));
+      const gpus = new Set();
+      for (const c of target?.spec?.template?.spec?.containers ?? []) {
+        for (const k of Object.keys(c.resources?.limits ?? {})) if (k.startsWith("nvidia.com/")) gpus.add(k);
+      }
+      const migOnly = gpus.size > 0 && [...gpus].every((k) => k.startsWith("nvidia.com/mig-"));
+      for (const m of o.spec?.metrics ?? []) {
+        if (migOnly && m.type === "Pods" && /gpu_utilization/.test(m.pods?.metric?.name ?? "")) {
+          own.push(`metric Pods "${m.pods.metric.name}": ${ref?.name}'s pods hold MIG devices only, ` +
+            `which have no utilisation in NVML; scale on danqing_render_queue_depth`);
+        }
+      }
     }
     if (o.kind === "HorizontalPodAutoscaler" || o.kind === "ScaledObject") {
       const ref = o.spec?.scaleTargetRef;

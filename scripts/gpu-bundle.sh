@@ -2,7 +2,7 @@
 # Packs the GPU checks of the CUDA render backend (issue 11) into .gpu/ for a
 # GPU machine that has a driver but none of the project's build dependencies
 # (the device tool's H200: no package registry there). Builds the four test
-# and bench binaries here with CUDA (build/default, sm_90 + PTX, static
+# and bench binaries here with CUDA (build/default, sm_80 + sm_90 + PTX, static
 # cudart), strips them, and copies the shared libraries they load from this
 # Debian 12 machine (glibc itself excepted), the stroke data and the UKai font.
 #   here:  scripts/gpu-bundle.sh

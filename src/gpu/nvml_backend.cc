@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <map>
 #include <tuple>
@@ -212,6 +213,17 @@ Result<std::unique_ptr<NvmlBackend>> NvmlBackend::Create(const std::string& libr
     if (api.SystemGetNVMLVersion(buf.data(), buf.size()) == NVML_SUCCESS) {
       buf.back() = '\0';
       backend->nvml_version_ = buf.data();
+    }
+  }
+  if (backend->session_->lib().processes_v3() && api.SystemGetDriverVersion != nullptr) {
+    std::array<char, NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE> buf{};
+    if (api.SystemGetDriverVersion(buf.data(), buf.size()) == NVML_SUCCESS) {
+      buf.back() = '\0';
+      backend->process_stride_ = ProcessInfoStride(buf.data());
+      if (backend->process_stride_ != sizeof(nvmlProcessInfo_t)) {
+        spdlog::info("nvml: driver {} writes {}-byte process entries under _v3; reading them as such",
+                     buf.data(), backend->process_stride_);
+      }
     }
   }
   return backend;
@@ -638,17 +650,22 @@ Result<Sensors> NvmlBackend::ReadSensors(const std::string& uuid) {
     }
   }
   if (api.DeviceGetComputeRunningProcesses != nullptr) {
-    std::vector<nvmlProcessInfo_t> infos;
+    // Raw entries of process_stride_ bytes, whose first 24 bytes are an
+    // nvmlProcessInfo_t on every driver.
+    std::vector<unsigned char> raw;
     unsigned int n = 0;
     nvmlReturn_t r = api.DeviceGetComputeRunningProcesses(dev, &n, nullptr);
     // Processes may start between the two calls: retry a few times with headroom.
     for (int attempt = 0; attempt < 4 && r == NVML_ERROR_INSUFFICIENT_SIZE; ++attempt) {
-      infos.resize(n + 8);
-      n = static_cast<unsigned int>(infos.size());
-      r = api.DeviceGetComputeRunningProcesses(dev, &n, infos.data());
+      n += 8;
+      raw.assign(static_cast<size_t>(n) * process_stride_, 0);
+      r = api.DeviceGetComputeRunningProcesses(dev, &n, reinterpret_cast<nvmlProcessInfo_t*>(raw.data()));
     }
     if (rd.Take(r, "nvmlDeviceGetComputeRunningProcesses")) {
-      infos.resize(r == NVML_SUCCESS ? n : 0);
+      std::vector<nvmlProcessInfo_t> infos(r == NVML_SUCCESS ? n : 0);
+      for (size_t i = 0; i < infos.size(); ++i) {
+        std::memcpy(&infos[i], raw.data() + i * process_stride_, sizeof(nvmlProcessInfo_t));
+      }
       std::vector<ProcessInfo> procs;
       for (const auto& p : infos) {
         ProcessInfo pi;

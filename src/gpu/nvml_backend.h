@@ -69,6 +69,7 @@ class NvmlBackend final : public GpuBackend {
 
   std::shared_ptr<NvmlSession> session_;
   std::string nvml_version_;
+  size_t process_stride_ = sizeof(nvmlProcessInfo_t);  // ProcessInfoStride, for _v3
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, nvmlDevice_t> handles_;  // GUARDED_BY(mu_): UUID → handle

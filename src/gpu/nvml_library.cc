@@ -2,9 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
 namespace danqing::gpu {
 namespace {
@@ -127,8 +129,12 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Open(const std::string& path) 
            {"nvmlDeviceGetRetiredPagesPendingStatus"});
   optional("remapped rows", a.DeviceGetRemappedRows, {"nvmlDeviceGetRemappedRows"});
   // The unversioned symbol fills the 16-byte v1 struct; only v3/v2 share ours.
-  optional("processes", a.DeviceGetComputeRunningProcesses,
-           {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
+  {
+    const char* bound = Bind(handle, a.DeviceGetComputeRunningProcesses,
+                             {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
+    if (bound == nullptr) lib->missing_.push_back("processes (nvmlDeviceGetComputeRunningProcesses_v3)");
+    lib->processes_v3_ = bound != nullptr && std::string_view(bound).ends_with("_v3");
+  }
   optional("process utilisation", a.DeviceGetProcessUtilization,
            {"nvmlDeviceGetProcessUtilization"});
   optional("events", a.EventSetCreate, {"nvmlEventSetCreate"});
@@ -172,6 +178,19 @@ Status NvmlStatus(const NvmlLibrary& lib, nvmlReturn_t code, std::string_view ca
   msg += std::to_string(static_cast<int>(code));
   msg += ")";
   return {sc, std::move(msg)};
+}
+
+size_t ProcessInfoStride(std::string_view driver_version) {
+  constexpr size_t kV2 = sizeof(nvmlProcessInfo_t);  // pid, usedGpuMemory, gpuInstanceId, computeInstanceId
+  constexpr size_t kR535V3 = kV2 + sizeof(unsigned long long);  // + usedGpuCcProtectedMemory
+  unsigned major = 0, minor = 0;
+  const char* p = driver_version.data();
+  const char* end = p + driver_version.size();
+  auto [after_major, e1] = std::from_chars(p, end, major);
+  if (e1 != std::errc() || after_major == end || *after_major != '.') return kV2;
+  auto [after_minor, e2] = std::from_chars(after_major + 1, end, minor);
+  if (e2 != std::errc()) return kV2;
+  return major == 535 && minor >= 43 && minor < 98 ? kR535V3 : kV2;
 }
 
 }  // namespace danqing::gpu

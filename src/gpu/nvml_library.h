@@ -115,6 +115,10 @@ class NvmlLibrary {
   // as "<feature> (<symbol>)", e.g. "numa node (nvmlDeviceGetNumaNodeId)".
   const std::vector<std::string>& missing() const { return missing_; }
 
+  // True when DeviceGetComputeRunningProcesses is the _v3 symbol, whose entry
+  // size some R535 drivers changed (see ProcessInfoStride).
+  bool processes_v3() const { return processes_v3_; }
+
   // NVML's text for a return code ("GPU is lost"); works before init.
   std::string ErrorString(nvmlReturn_t code) const;
 
@@ -124,7 +128,16 @@ class NvmlLibrary {
   std::string path_;
   Api api_;
   std::vector<std::string> missing_;
+  bool processes_v3_ = false;
 };
+
+// The size of one entry nvmlDeviceGetComputeRunningProcesses_v3 writes.
+// Drivers 535.43 to 535.86 wrote a 32-byte nvmlProcessInfo_v3_t (v2 plus
+// usedGpuCcProtectedMemory) under that symbol; 535.98 went back to the 24-byte
+// v2 entry, as every other driver uses. Reading 24-byte entries from the
+// former gives wrong PIDs from the second process on, and a buffer sized for
+// them is overrun. `driver_version`: nvmlSystemGetDriverVersion's text.
+size_t ProcessInfoStride(std::string_view driver_version);
 
 // Maps an NVML return code to a Status: "<call>: <NVML text> (<code>)".
 // GPU_IS_LOST → DEVICE_LOST, NOT_SUPPORTED → NOT_SUPPORTED, NOT_FOUND →

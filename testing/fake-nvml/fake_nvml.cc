@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -861,16 +862,40 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev
 }
 
 #ifndef FAKE_NVML_LEGACY
+// Drivers 535.43 to 535.86 wrote a 32-byte nvmlProcessInfo_v3_t (the v2 entry
+// plus usedGpuCcProtectedMemory) under the _v3 symbol; the fake does the same
+// when its profile names such a driver.
+namespace {
+struct ProcessInfoR535 {
+  nvmlProcessInfo_t v2;
+  unsigned long long usedGpuCcProtectedMemory;
+};
+
+bool writes_r535_v3_entries(const std::string& driver_version) {
+  unsigned major = 0, minor = 0;
+  return std::sscanf(driver_version.c_str(), "%u.%u", &major, &minor) == 2 && major == 535 && minor >= 43 &&
+         minor < 98;
+}
+}  // namespace
+
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
                                                                    nvmlProcessInfo_t* infos) {
+  const auto fill = [](const fake_nvml::Process& p, nvmlProcessInfo_t& out) {
+    out = nvmlProcessInfo_t{};
+    out.pid = p.pid;
+    out.usedGpuMemory = mib_to_bytes(p.used_memory_mib);
+    out.gpuInstanceId = p.gpu_instance_id.value_or(fake_nvml::kNoInstanceId);
+    out.computeInstanceId = p.compute_instance_id.value_or(fake_nvml::kNoInstanceId);
+  };
   return device_call(__func__, device, [=](DeviceRef& d) {
-    return list_processes(d, infoCount, infos, [](const fake_nvml::Process& p, nvmlProcessInfo_t& out) {
-      out = nvmlProcessInfo_t{};
-      out.pid = p.pid;
-      out.usedGpuMemory = mib_to_bytes(p.used_memory_mib);
-      out.gpuInstanceId = p.gpu_instance_id.value_or(fake_nvml::kNoInstanceId);
-      out.computeInstanceId = p.compute_instance_id.value_or(fake_nvml::kNoInstanceId);
-    });
+    if (writes_r535_v3_entries(State::instance().node().driver_version)) {
+      return list_processes(d, infoCount, reinterpret_cast<ProcessInfoR535*>(infos),
+                            [&](const fake_nvml::Process& p, ProcessInfoR535& out) {
+                              out = ProcessInfoR535{};
+                              fill(p, out.v2);
+                            });
+    }
+    return list_processes(d, infoCount, infos, fill);
   });
 }
 #endif

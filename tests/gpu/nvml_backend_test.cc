@@ -363,4 +363,41 @@ TEST(NvmlBackendTest, OldDriverStillDiscoversWithFeaturesOff) {
 }
 
 }  // namespace
+TEST(NvmlBackendTest, R535DriversWith32ByteProcessEntriesUnderV3AreReadAsSuch) {
+  // Drivers 535.43 to 535.86 wrote 32-byte entries under
+  // nvmlDeviceGetComputeRunningProcesses_v3; read as 24-byte ones, every
+  // process after the first gets a wrong PID and memory.
+  for (const std::string driver : {"535.54.03", "535.104.05", "550.54.15"}) {
+    SCOPED_TRACE(driver);
+    FakeNode node(WriteProfile("t4-1x", [&](nlohmann::json& j) { j["driver_version"] = driver; }));
+    auto b = MustCreate();
+    ASSERT_NE(b, nullptr);
+    NodeInventory inv = MustDiscover(*b);
+    node.Control(R"({"cmd":"processes","gpu":0,"processes":[
+        {"pid":4242,"used_memory_mib":2048},{"pid":4243,"used_memory_mib":512},
+        {"pid":4244,"used_memory_mib":64}]})");
+    auto s = b->ReadSensors(inv.gpus[0].uuid);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_TRUE(s->processes.has_value());
+    ASSERT_THAT(*s->processes, SizeIs(3));
+    const std::vector<std::pair<uint32_t, uint64_t>> want = {
+        {4242, 2048ULL << 20}, {4243, 512ULL << 20}, {4244, 64ULL << 20}};
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ((*s->processes)[i].pid, want[i].first) << i;
+      EXPECT_EQ((*s->processes)[i].used_memory_bytes, want[i].second) << i;
+    }
+  }
+}
+
+TEST(ProcessInfoStrideTest, OnlyTheR535DriversThatChangedTheEntry) {
+  EXPECT_EQ(ProcessInfoStride("535.43.02"), 32u);
+  EXPECT_EQ(ProcessInfoStride("535.86.10"), 32u);
+  EXPECT_EQ(ProcessInfoStride("535.98"), 24u);
+  EXPECT_EQ(ProcessInfoStride("535.104.05"), 24u);
+  EXPECT_EQ(ProcessInfoStride("530.30.02"), 24u);
+  EXPECT_EQ(ProcessInfoStride("550.54.15"), 24u);
+  EXPECT_EQ(ProcessInfoStride(""), 24u);
+  EXPECT_EQ(ProcessInfoStride("garbage"), 24u);
+}
+
 }  // namespace danqing::gpu

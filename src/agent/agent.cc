@@ -32,7 +32,7 @@ deviceplugin::MigCapMinors ReadMigCapMinors() {
 
 BackendFactory NvmlBackendFactory() {
   return [](const config::Config& cfg) -> Result<std::unique_ptr<gpu::GpuBackend>> {
-    auto b = gpu::NvmlBackend::Create(cfg.danqing.nvml_lib);
+    auto b = gpu::NvmlBackend::Create(cfg.danqing.nvml_lib, cfg.danqing.sysfs_root);
     if (!b.ok()) return b.status();
     spdlog::info("agent: GPU backend {}", (*b)->Describe());
     return std::unique_ptr<gpu::GpuBackend>(std::move(b).value());

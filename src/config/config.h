@@ -180,6 +180,9 @@ struct DanqingSettings {
   std::string device_plugin_path = "/var/lib/kubelet/device-plugins";  // devicePluginPath
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   std::string nvml_lib;                   // nvmlLib; empty = dlopen("libnvidia-ml.so.1")
+  // sysfsRoot: where the host's /sys is; a GPU's NUMA node is its PCI
+  // device's numa_node there.
+  std::string sysfs_root = "/sys";
   std::string cdi_root = "/var/run/cdi";  // cdiRoot
   Duration health_check_interval = std::chrono::seconds(1);  // healthCheckInterval; > 0
   std::string metrics_addr = ":9400";                        // metricsAddr; "[host]:port"
@@ -279,6 +282,7 @@ struct CommandLine {
   std::optional<std::string> device_plugin_path;     // --device-plugin-path
   std::optional<std::string> pod_resources_socket;   // --pod-resources-socket
   std::optional<std::string> nvml_lib;               // --nvml-lib
+  std::optional<std::string> sysfs_root;             // --sysfs-root
   std::optional<std::string> cdi_root;               // --cdi-root
   std::optional<std::string> metrics_addr;           // --metrics-addr
   std::optional<std::string> health_check_interval;  // --health-check-interval

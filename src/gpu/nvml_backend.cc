@@ -6,9 +6,12 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -198,7 +201,21 @@ Result<std::shared_ptr<NvmlSession>> NvmlSession::Start(std::unique_ptr<NvmlLibr
 NvmlSession::~NvmlSession() { lib_->api().Shutdown(); }
 
 // ---------------------------------------------------------------------------
-Result<std::unique_ptr<NvmlBackend>> NvmlBackend::Create(const std::string& library_path) {
+std::optional<int> PciNumaNode(const std::string& sysfs_root, const PciInfo& pci) {
+  unsigned function = 0;
+  if (const size_t dot = pci.bus_id.rfind('.'); dot != std::string::npos) {
+    function = static_cast<unsigned>(std::strtoul(pci.bus_id.c_str() + dot + 1, nullptr, 16));
+  }
+  char address[32];
+  std::snprintf(address, sizeof address, "%04x:%02x:%02x.%x", pci.domain, pci.bus, pci.device, function);
+  std::ifstream in(sysfs_root + "/bus/pci/devices/" + address + "/numa_node");
+  int node = -1;
+  if (!(in >> node) || node < 0) return std::nullopt;  // no file, or -1: one node, or none known
+  return node;
+}
+
+Result<std::unique_ptr<NvmlBackend>> NvmlBackend::Create(const std::string& library_path,
+                                                         const std::string& sysfs_root) {
   auto lib = NvmlLibrary::Open(ResolveNvmlLibraryPath(library_path));
   if (!lib.ok()) return lib.status();
   for (const auto& m : (*lib)->missing()) {
@@ -207,6 +224,7 @@ Result<std::unique_ptr<NvmlBackend>> NvmlBackend::Create(const std::string& libr
   auto session = NvmlSession::Start(std::move(lib).value());
   if (!session.ok()) return session.status();
   std::unique_ptr<NvmlBackend> backend(new NvmlBackend(std::move(session).value()));
+  backend->sysfs_root_ = sysfs_root;
   const auto& api = backend->session_->api();
   if (api.SystemGetNVMLVersion != nullptr) {
     std::array<char, NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE> buf{};
@@ -288,12 +306,12 @@ Result<Gpu> NvmlBackend::ReadGpu(nvmlDevice_t dev, int index) {
       gpu.minor_number = minor;
     }
   }
-  if (api.DeviceGetNumaNodeId != nullptr) {
-    unsigned int node = 0;
-    if (may(api.DeviceGetNumaNodeId(dev, &node), "nvmlDeviceGetNumaNodeId")) {
-      gpu.numa_node = static_cast<int>(node);
-    }
-  }
+  // The NUMA node the kubelet's Topology Manager means is the one of the CPUs
+  // and memory next to the GPU's PCI slot: sysfs's numa_node, as NVIDIA's
+  // plugin reads it. nvmlDeviceGetNumaNodeId is another figure: it applies
+  // only where the GPU's own memory is a NUMA node (Grace Hopper), and names
+  // that node, which has no CPUs.
+  gpu.numa_node = PciNumaNode(sysfs_root_, gpu.pci);
   if (api.DeviceGetCudaComputeCapability != nullptr) {
     may(api.DeviceGetCudaComputeCapability(dev, &gpu.cuda_major, &gpu.cuda_minor),
            "nvmlDeviceGetCudaComputeCapability");

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -41,12 +42,20 @@ class NvmlSession {
   std::unique_ptr<NvmlLibrary> lib_;
 };
 
+// The NUMA node of the PCI device at `pci` as sysfs gives it
+// (<sysfs_root>/bus/pci/devices/<dddd:bb:dd.f>/numa_node); nullopt when the
+// file is missing or says -1 (one NUMA node, or the firmware does not say).
+std::optional<int> PciNumaNode(const std::string& sysfs_root, const PciInfo& pci);
+
 class NvmlBackend final : public GpuBackend {
  public:
   // Loads the library at `library_path` (see ResolveNvmlLibraryPath) and
   // initialises NVML. UNAVAILABLE when the library is missing or nvmlInit
   // fails; INVALID_ARGUMENT when it lacks required symbols.
-  static Result<std::unique_ptr<NvmlBackend>> Create(const std::string& library_path);
+  // `sysfs_root`: where the host's sysfs is; each GPU's NUMA node is its PCI
+  // device's numa_node there.
+  static Result<std::unique_ptr<NvmlBackend>> Create(const std::string& library_path,
+                                                     const std::string& sysfs_root = "/sys");
 
   Result<NodeInventory> Discover() override;
   Result<Sensors> ReadSensors(const std::string& uuid) override;
@@ -69,6 +78,7 @@ class NvmlBackend final : public GpuBackend {
 
   std::shared_ptr<NvmlSession> session_;
   std::string nvml_version_;
+  std::string sysfs_root_ = "/sys";
   size_t process_stride_ = sizeof(nvmlProcessInfo_t);  // ProcessInfoStride, for _v3
 
   mutable std::mutex mu_;

@@ -8,7 +8,10 @@
 #include <fcntl.h>
 #include <signal.h>
 
+#include <nlohmann/json.hpp>
+
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <cstdio>
@@ -109,12 +112,29 @@ FakeNode::FakeNode(const std::string& profile) {
   socket_ = "/tmp/dq-fnvml-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".sock";
   setenv("FAKE_NVML_PROFILE", ProfilePath(profile).c_str(), 1);
   setenv("FAKE_NVML_CONTROL", socket_.c_str(), 1);
+  sysfs_ = socket_ + ".sys";
+  std::ifstream in(ProfilePath(profile));
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  for (const auto& g : j.is_object() ? j.value("gpus", nlohmann::json::array()) : nlohmann::json::array()) {
+    unsigned domain = 0, bus = 0, device = 0, function = 0;
+    const std::string id = g.contains("pci") ? g["pci"].value("bus_id", "") : "";
+    if (std::sscanf(id.c_str(), "%x:%x:%x.%x", &domain, &bus, &device, &function) != 4) continue;
+    char address[32];
+    std::snprintf(address, sizeof address, "%04x:%02x:%02x.%x", domain, bus, device, function);
+    const std::string dir = sysfs_ + "/bus/pci/devices/" + address;
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/numa_node") << g.value("numa_node", -1) << "\n";
+  }
+  setenv("DANQING_SYSFS_ROOT", sysfs_.c_str(), 1);
 }
 
 FakeNode::~FakeNode() {
   unsetenv("FAKE_NVML_PROFILE");
   unsetenv("FAKE_NVML_CONTROL");
+  unsetenv("DANQING_SYSFS_ROOT");
   unlink(socket_.c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(sysfs_, ec);
 }
 
 CommandResult FakeNode::TryControl(const std::string& json) const {

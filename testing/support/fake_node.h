@@ -57,6 +57,10 @@ class FakeNode {
   FakeNode& operator=(const FakeNode&) = delete;
 
   const std::string& control_socket() const { return socket_; }
+  // A sysfs tree with the profile GPUs' PCI devices and their numa_node (-1
+  // where the profile has none), as the agent reads NUMA nodes; also exported
+  // as DANQING_SYSFS_ROOT for the processes and configurations tests start.
+  const std::string& sysfs_root() const { return sysfs_; }
 
   // Sends one control command through fake-nvml-ctl (a separate process).
   // Returns the reply line; fails the current test when the command fails.
@@ -66,6 +70,7 @@ class FakeNode {
 
  private:
   std::string socket_;
+  std::string sysfs_;
 };
 
 }  // namespace danqing::testing

@@ -59,7 +59,7 @@ class PluginTest : public ::testing::Test {
   // Loads a node profile through the fake NVML and builds its resources.
   void LoadNode(const std::string& profile, const ResourceOptions& ropts = {}) {
     node_ = std::make_unique<FakeNode>(profile);
-    auto b = gpu::NvmlBackend::Create(danqing::testing::FakeNvmlLibrary());
+    auto b = gpu::NvmlBackend::Create(danqing::testing::FakeNvmlLibrary(), node_->sysfs_root());
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     auto inv = (*b)->Discover();
     ASSERT_TRUE(inv.ok()) << inv.status().ToString();

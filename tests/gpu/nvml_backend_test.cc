@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -24,8 +27,10 @@ using danqing::testing::FakeNode;
 
 constexpr uint64_t kGiB = 1024ULL * 1024ULL * 1024ULL;
 
+// With the sysfs tree of the fake node in scope (it exports DANQING_SYSFS_ROOT).
 std::unique_ptr<NvmlBackend> MustCreate(const std::string& lib = danqing::testing::FakeNvmlLibrary()) {
-  auto b = NvmlBackend::Create(lib);
+  const char* sysfs = std::getenv("DANQING_SYSFS_ROOT");
+  auto b = NvmlBackend::Create(lib, sysfs != nullptr ? sysfs : "/sys");
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   return b.ok() ? std::move(b).value() : nullptr;
 }
@@ -159,6 +164,41 @@ TEST(NvmlBackendTest, H100PcieAcrossTwoNumaNodes) {
   EXPECT_EQ(inv.gpus[1].numa_node, 1);
   EXPECT_EQ(inv.topology.at(0, 1).nvlinks, 0);
   EXPECT_EQ(inv.topology.at(0, 1).pcie, PcieLevel::kSystem);
+}
+
+TEST(NvmlBackendTest, NumaNodesComeFromSysfsNotFromNvml) {
+  // NVML's nvmlDeviceGetNumaNodeId names a node only where the GPU's memory is
+  // one (and the fake answers it from the profile); the node next to the PCI
+  // slot is sysfs's numa_node.
+  FakeNode node("h100-2x-pcie-2numa");
+  auto b = MustCreate();
+  ASSERT_NE(b, nullptr);
+  NodeInventory inv = MustDiscover(*b);
+  ASSERT_THAT(inv.gpus, SizeIs(2));
+  // The fake tree says what the profile says: 0 and 1.
+  EXPECT_EQ(PciNumaNode(node.sysfs_root(), inv.gpus[0].pci), 0);
+  // Another tree: GPU 0 on node 1, GPU 1 on a host that does not say (-1).
+  const std::string root = node.sysfs_root() + "-other";
+  auto write = [&](const PciInfo& pci, const std::string& value) {
+    char address[32];
+    std::snprintf(address, sizeof address, "%04x:%02x:%02x.0", pci.domain, pci.bus, pci.device);
+    const std::string dir = root + "/bus/pci/devices/" + address;
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/numa_node") << value << "\n";
+  };
+  write(inv.gpus[0].pci, "1");
+  write(inv.gpus[1].pci, "-1");
+  auto other = NvmlBackend::Create(danqing::testing::FakeNvmlLibrary(), root);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  NodeInventory inv2 = MustDiscover(**other);
+  EXPECT_EQ(inv2.gpus[0].numa_node, 1);
+  EXPECT_FALSE(inv2.gpus[1].numa_node.has_value());
+  // No sysfs entry at all: no node, whatever NVML says.
+  auto none = NvmlBackend::Create(danqing::testing::FakeNvmlLibrary(), root + "/nothing");
+  ASSERT_TRUE(none.ok());
+  NodeInventory inv3 = MustDiscover(**none);
+  EXPECT_FALSE(inv3.gpus[0].numa_node.has_value());
+  std::filesystem::remove_all(root);
 }
 
 TEST(NvmlBackendTest, SingleT4WithoutMigOrNvlink) {
@@ -347,7 +387,7 @@ TEST(NvmlBackendTest, OldDriverStillDiscoversWithFeaturesOff) {
   NodeInventory inv = MustDiscover(*b);
   ASSERT_THAT(inv.gpus, SizeIs(4));
   EXPECT_FALSE(inv.disabled_features.empty());
-  EXPECT_FALSE(inv.gpus[0].numa_node.has_value()) << "no nvmlDeviceGetNumaNodeId";
+  EXPECT_EQ(inv.gpus[0].numa_node, 0) << "from sysfs, whatever the library has";
   // MIG names come from slice count and memory when the V call is absent.
   ASSERT_FALSE(inv.gpus[0].mig_devices.empty());
   std::multiset<std::string> p;

@@ -257,15 +257,21 @@ bool Monitor::OnPoll(const std::string& gpu_uuid, const Result<gpu::Sensors>& re
     }
   }
 
-  set("retired-pages-pending", s.retired_pages_pending.value_or(false),
-      s.retired_pages_pending.value_or(false) ? "retired pages pending, needs a GPU reset" : "no retired pages pending",
-      true);
-  set("row-remap-pending", s.remapped_rows_pending.value_or(false),
-      s.remapped_rows_pending.value_or(false) ? "row remapping pending, needs a GPU reset" : "no row remapping pending",
-      true);
-  set("row-remap-failure", s.remapped_rows_failure.value_or(false),
-      s.remapped_rows_failure.value_or(false) ? "row remapping failed, needs a GPU reset" : "row remapping ok",
-      true);
+  // An absent reading says nothing, so a condition stays as it was: NVML
+  // does not report remapped rows while MIG instances exist, and a GPU with
+  // failed row remapping must not come back when it is partitioned.
+  if (s.retired_pages_pending) {
+    set("retired-pages-pending", *s.retired_pages_pending,
+        *s.retired_pages_pending ? "retired pages pending, needs a GPU reset" : "no retired pages pending", true);
+  }
+  if (s.remapped_rows_pending) {
+    set("row-remap-pending", *s.remapped_rows_pending,
+        *s.remapped_rows_pending ? "row remapping pending, needs a GPU reset" : "no row remapping pending", true);
+  }
+  if (s.remapped_rows_failure) {
+    set("row-remap-failure", *s.remapped_rows_failure,
+        *s.remapped_rows_failure ? "row remapping failed, needs a GPU reset" : "row remapping ok", true);
+  }
 
   // Uncorrectable ECC errors growing (volatile counter; it restarts at zero
   // when the driver reloads, which only moves the baseline).

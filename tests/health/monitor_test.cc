@@ -202,6 +202,22 @@ TEST_F(MonitorTest, RetiredPagesAndRowRemappingNeedTheGpuToReportThemGone) {
   EXPECT_TRUE(monitor_.OnPoll(kGpu0, Normal(), t0_ + 3h));
 }
 
+TEST_F(MonitorTest, AReadingThatIsAbsentClearsNothing) {
+  // NVML does not report remapped rows while MIG instances exist: a GPU whose
+  // row remapping failed stays out of service when it is partitioned.
+  gpu::Sensors s = Normal();
+  s.remapped_rows_failure = true;
+  EXPECT_TRUE(monitor_.OnPoll(kGpu0, s, t0_));
+  s.remapped_rows_failure.reset();
+  s.remapped_rows_pending.reset();
+  s.retired_pages_pending.reset();
+  EXPECT_FALSE(monitor_.OnPoll(kGpu0, s, t0_ + 1h));
+  EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu0, "row-remap-failure")));
+  // Reported again, and fine: back in service.
+  EXPECT_TRUE(monitor_.OnPoll(kGpu0, Normal(), t0_ + 2h));
+  EXPECT_TRUE(monitor_.Unhealthy().empty());
+}
+
 TEST_F(MonitorTest, GrowingUncorrectableEccIsLatchedForTheQuietPeriod) {
   gpu::Sensors s = Normal();
   s.ecc_volatile_uncorrected = 3;  // first reading is the baseline

@@ -747,6 +747,8 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t devi
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
   return gpu_call(__func__, device, [=](Gpu& gpu) {
     if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    // "On MIG-enabled GPUs, querying device utilization rates is not currently supported."
+    if (gpu.mig_enabled()) return NVML_ERROR_NOT_SUPPORTED;
     utilization->gpu = gpu.sensors.gpu_util;
     utilization->memory = gpu.sensors.memory_util;
     return NVML_SUCCESS;
@@ -839,6 +841,8 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsign
     if (corrRows == nullptr || uncRows == nullptr || isPending == nullptr || failureOccurred == nullptr) {
       return NVML_ERROR_INVALID_ARGUMENT;
     }
+    // Not reported while MIG instances exist on the GPU.
+    if (gpu.mig_enabled() && !gpu.mig.devices.empty()) return NVML_ERROR_NOT_SUPPORTED;
     *corrRows = gpu.sensors.remapped_correctable;
     *uncRows = gpu.sensors.remapped_uncorrectable;
     *isPending = gpu.sensors.remapped_pending ? 1U : 0U;
@@ -908,6 +912,7 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
   // set; samples not newer than lastSeenTimeStamp are not returned again.
   return gpu_call(__func__, device, [=](Gpu& gpu) {
     if (processSamplesCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpu.mig_enabled()) return NVML_ERROR_NOT_SUPPORTED;  // as utilisation rates
     const bool fresh = gpu.processes_timestamp_us > lastSeenTimeStamp;
     const auto needed = fresh ? static_cast<unsigned>(gpu.processes.size()) : 0U;
     if (needed == 0) {

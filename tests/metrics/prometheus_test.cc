@@ -135,8 +135,10 @@ TEST(PrometheusTest, RealPrometheusScrapesSeriesAndLabels) {
   EXPECT_EQ(mig, 13u);
   EXPECT_EQ(with_pod, 1u);
 
-  auto gpu_util = WaitFor(port, "DCGM_FI_DEV_GPU_UTIL", 4);
-  EXPECT_EQ(gpu_util.size(), 4u);
+  // NVML has no utilisation for MIG-enabled GPUs: only GPU 3 (MIG off) has it.
+  auto gpu_util = WaitFor(port, "DCGM_FI_DEV_GPU_UTIL", 1);
+  ASSERT_EQ(gpu_util.size(), 1u);
+  EXPECT_EQ(gpu_util[0]["metric"]["UUID"], g3.uuid);
   auto pod = WaitFor(port, "danqing_pod_gpu_utilization{pod=\"render-0\",share=\"exclusive\"}", 1);
   EXPECT_EQ(pod.size(), 1u);
   auto build = WaitFor(port, "danqing_build_info", 1);

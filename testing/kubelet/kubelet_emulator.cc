@@ -216,13 +216,22 @@ class KubeletEmulator::Impl {
   }
 
   // The channel of the registered plugin for `resource`, or an error.
-  grpc::Status ChannelFor(const std::string& resource,
-                          std::shared_ptr<grpc::Channel>* channel) const {
+  // `advertised`, when given, is the option GetDevicePluginOptions must have
+  // set for the call: the kubelet calls GetPreferredAllocation and
+  // PreStartContainer only on plugins that asked for them.
+  grpc::Status ChannelFor(const std::string& resource, std::shared_ptr<grpc::Channel>* channel,
+                          bool (v1beta1::DevicePluginOptions::*advertised)() const = nullptr,
+                          const char* call = "") const {
     std::lock_guard lock(mu_);
     const Resource* r = Find(resource);
     if (r == nullptr || !r->registered || r->stream == nullptr) {
       return {grpc::StatusCode::FAILED_PRECONDITION,
               "resource " + resource + " is not registered with the kubelet"};
+    }
+    if (advertised != nullptr && !(r->options.*advertised)()) {
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              std::string(call) + " for " + resource +
+                  ": the plugin did not advertise it in GetDevicePluginOptions, so the kubelet never calls it"};
     }
     *channel = r->stream->channel;
     return grpc::Status::OK;
@@ -644,7 +653,9 @@ PreferredAllocationResult KubeletEmulator::GetPreferredAllocation(
     const std::vector<std::string>& must_include, int32_t allocation_size) const {
   PreferredAllocationResult result;
   std::shared_ptr<grpc::Channel> channel;
-  result.status = impl_->ChannelFor(resource, &channel);
+  result.status = impl_->ChannelFor(resource, &channel,
+                                    &v1beta1::DevicePluginOptions::get_preferred_allocation_available,
+                                    "GetPreferredAllocation");
   if (!result.status.ok()) return result;
 
   v1beta1::PreferredAllocationRequest request;
@@ -704,6 +715,8 @@ AllocateResult KubeletEmulator::Allocate(const std::string& resource,
 grpc::Status KubeletEmulator::PreStartContainer(const std::string& resource,
                                                 const std::vector<std::string>& ids) const {
   std::shared_ptr<grpc::Channel> channel;
+  // Sent whatever the options say: bench/plugin_bench times it as the floor
+  // of one RPC (the kubelet would call it only with pre_start_required).
   if (grpc::Status s = impl_->ChannelFor(resource, &channel); !s.ok()) return s;
   v1beta1::PreStartContainerRequest request;
   for (const std::string& id : ids) request.add_devices_ids(id);

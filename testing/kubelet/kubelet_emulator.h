@@ -13,7 +13,9 @@
 //   * A second registration of the same resource replaces the first (its
 //     stream is cancelled).
 //   * GetPreferredAllocation / Allocate / PreStartContainer are issued on demand
-//     by the test, one container request per RPC, as the kubelet does.
+//     by the test, one container request per RPC, as the kubelet does;
+//     GetPreferredAllocation only when the plugin's GetDevicePluginOptions
+//     asked for it (FAILED_PRECONDITION otherwise: the kubelet would not call).
 //   * Restart() emulates a kubelet restart: the Registration server stops, the
 //     plugin streams are cancelled, every socket in <dir> is deleted (regular
 //     files such as kubelet_internal_checkpoint stay), all registrations are

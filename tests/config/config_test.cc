@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,8 +49,11 @@ EnvLookup NoEnv() {
   return EnvFrom({});
 }
 
+// ctest runs each test as its own process, two at a time: the pid keeps two
+// tests that write the same name from truncating each other's file.
 std::string WriteTempFile(const std::string& name, std::string_view content) {
-  const std::string path = ::testing::TempDir() + "/danqing_config_test_" + name;
+  const std::string path =
+      ::testing::TempDir() + "/danqing_config_test_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << content;
   return path;

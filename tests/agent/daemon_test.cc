@@ -53,7 +53,10 @@ class DaemonTest : public ::testing::Test {
             "--nvml-lib",                    danqing::testing::FakeNvmlLibrary(),
             "--config-file",                 config_,
             "--cdi-root",                    dir_ + "/cdi",
-            "--node-features-file",          dir_ + "/nfd/danqing"};
+            "--node-features-file",          dir_ + "/nfd/danqing",
+            // Loopback and a free port: two daemons of tests that ctest runs
+            // at once must not share :9400 (the log names the port).
+            "--metrics-addr",                "127.0.0.1:0"};
   }
 
   std::string dir_;

@@ -3,10 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "agent/labels.h"
+#include "common/read_file.h"
 #include "metrics/agent_metrics.h"
 #include "gpu/nvml_backend.h"
 
@@ -16,11 +15,9 @@ namespace {
 constexpr char kMigMinors[] = "/proc/driver/nvidia-caps/mig-minors";
 
 deviceplugin::MigCapMinors ReadMigCapMinors() {
-  std::ifstream in(kMigMinors);
-  if (!in) return {};
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = deviceplugin::ParseMigCapMinors(text.str());
+  const auto text = ReadTextFile(kMigMinors);
+  if (!text) return {};
+  auto parsed = deviceplugin::ParseMigCapMinors(*text);
   if (!parsed.ok()) {
     spdlog::warn("agent: ignoring {}: {}", kMigMinors, parsed.status().message());
     return {};

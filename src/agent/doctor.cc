@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include <httplib.h>
@@ -15,6 +14,7 @@
 #include <map>
 #include <optional>
 
+#include "common/read_file.h"
 #include "health/monitor.h"
 #include "metrics/exporter.h"
 
@@ -56,14 +56,6 @@ bool UsesCdi(const config::Config& cfg) {
   const auto& s = cfg.flags.plugin.device_list_strategy;
   return std::find(s.begin(), s.end(), config::DeviceListStrategy::kCdiAnnotations) != s.end() ||
          std::find(s.begin(), s.end(), config::DeviceListStrategy::kCdiCri) != s.end();
-}
-
-std::optional<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 class Findings {
@@ -116,7 +108,7 @@ void CheckCdi(const config::Config& cfg, const DoctorOptions& options, Findings&
     f.Add(Level::kOk, "CDI directory", root + " is writable");
   }
   if (!uses) return;
-  if (auto text = ReadText(options.containerd_config)) {
+  if (auto text = ReadTextFile(options.containerd_config)) {
     const bool enabled = text->find("enable_cdi = true") != std::string::npos ||
                          text->find("enable_cdi=true") != std::string::npos;
     const bool disabled = text->find("enable_cdi = false") != std::string::npos;
@@ -128,7 +120,7 @@ void CheckCdi(const config::Config& cfg, const DoctorOptions& options, Findings&
             "set enable_cdi = true (and cdi_spec_dirs to include " + root +
                 ") in the CRI plugin section and restart containerd; containerd 2.0 enables it by default");
     }
-  } else if (ReadText(options.crio_config)) {
+  } else if (ReadTextFile(options.crio_config)) {
     f.Add(Level::kOk, "CRI-O CDI", "CRI-O enables CDI by default (" + options.crio_config + ")");
   } else {
     f.Add(Level::kInfo, "container runtime CDI", "no runtime configuration readable here; not checked");

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
-#include <sstream>
 #include <thread>
+
+#include "common/read_file.h"
 
 namespace danqing {
 namespace {
@@ -23,14 +23,6 @@ std::optional<long long> ParseInt(std::string_view s) {
 std::optional<unsigned> Quota(long long quota, long long period) {
   if (quota <= 0 || period <= 0) return std::nullopt;
   return static_cast<unsigned>(std::max<long long>(1, (quota + period - 1) / period));
-}
-
-std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace
@@ -59,10 +51,10 @@ unsigned AvailableCpus(const std::string& cgroup_root) {
     n = std::min(n, static_cast<unsigned>(std::max(1, CPU_COUNT(&set))));
   }
   std::optional<unsigned> quota;
-  if (auto v2 = ReadFile(cgroup_root + "/cpu.max")) {
+  if (auto v2 = ReadTextFile(cgroup_root + "/cpu.max")) {
     quota = CpuQuotaFromCpuMax(*v2);
-  } else if (auto q = ReadFile(cgroup_root + "/cpu/cpu.cfs_quota_us")) {
-    if (auto p = ReadFile(cgroup_root + "/cpu/cpu.cfs_period_us")) quota = CpuQuotaFromCfs(*q, *p);
+  } else if (auto q = ReadTextFile(cgroup_root + "/cpu/cpu.cfs_quota_us")) {
+    if (auto p = ReadTextFile(cgroup_root + "/cpu/cpu.cfs_period_us")) quota = CpuQuotaFromCfs(*q, *p);
   }
   if (quota) n = std::min(n, *quota);
   return std::max(1u, n);

@@ -4,10 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <set>
-#include <sstream>
 
+#include "common/read_file.h"
 #include "metrics/agent_metrics.h"
 #include "podresources/v1/api.pb.h"
 
@@ -263,14 +262,12 @@ std::shared_ptr<const Snapshot> Collector::Collect() {
     if (by_uid) return *by_uid;
     by_uid.emplace();
     if (options_.kubelet_checkpoint.empty()) return *by_uid;
-    std::ifstream in(options_.kubelet_checkpoint);
-    if (!in) {
+    const auto text = ReadTextFile(options_.kubelet_checkpoint);
+    if (!text) {
       st.checkpoint_errors.WithLabels({"missing"}).Inc();
       return *by_uid;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto entries = ParseCheckpoint(ss.str());
+    auto entries = ParseCheckpoint(*text);
     if (!entries.ok()) {
       st.checkpoint_errors.WithLabels({"invalid"}).Inc();
       return *by_uid;

@@ -4,11 +4,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
+#include "common/read_file.h"
 #include "podresources/v1/api.grpc.pb.h"
 
 namespace danqing::metrics {
@@ -100,11 +99,9 @@ std::optional<CgroupIdentity> ParseCgroup(std::string_view text) {
 Result<std::optional<CgroupIdentity>> ReadProcessCgroup(const std::string& proc_root,
                                                         uint32_t pid) {
   std::string path = proc_root + "/" + std::to_string(pid) + "/cgroup";
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseCgroup(ss.str());
+  const auto text = ReadTextFile(path);
+  if (!text) return NotFound("cannot read " + path);
+  return ParseCgroup(*text);
 }
 
 std::string DeviceUuidOf(std::string_view device_id) {

@@ -1,8 +1,8 @@
 #include "verse/corpus.h"
 
 #include <charconv>
-#include <fstream>
-#include <sstream>
+
+#include "common/read_file.h"
 
 namespace danqing::verse {
 namespace {
@@ -68,11 +68,9 @@ Result<Corpus> Corpus::Parse(std::string_view content, std::string_view source) 
 }
 
 Result<Corpus> Corpus::Load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("verse corpus " + path + " cannot be opened");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return Parse(ss.str(), path);
+  const auto text = ReadTextFile(path);
+  if (!text) return NotFound("verse corpus " + path + " cannot be opened");
+  return Parse(*text, path);
 }
 
 }  // namespace danqing::verse

@@ -201,6 +201,20 @@ Result<std::shared_ptr<NvmlSession>> NvmlSession::Start(std::unique_ptr<NvmlLibr
 NvmlSession::~NvmlSession() { lib_->api().Shutdown(); }
 
 // ---------------------------------------------------------------------------
+namespace {
+
+// A system-wide NVML string (nvmlSystemGetDriverVersion, ...); empty when the
+// library lacks the call or it fails.
+std::string SystemString(nvmlReturn_t (*get)(char*, unsigned int)) {
+  if (get == nullptr) return {};
+  std::array<char, NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE> buf{};
+  if (get(buf.data(), buf.size()) != NVML_SUCCESS) return {};
+  buf.back() = '\0';
+  return buf.data();
+}
+
+}  // namespace
+
 std::optional<int> PciNumaNode(const std::string& sysfs_root, const PciInfo& pci) {
   unsigned function = 0;
   if (const size_t dot = pci.bus_id.rfind('.'); dot != std::string::npos) {
@@ -226,22 +240,13 @@ Result<std::unique_ptr<NvmlBackend>> NvmlBackend::Create(const std::string& libr
   std::unique_ptr<NvmlBackend> backend(new NvmlBackend(std::move(session).value()));
   backend->sysfs_root_ = sysfs_root;
   const auto& api = backend->session_->api();
-  if (api.SystemGetNVMLVersion != nullptr) {
-    std::array<char, NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE> buf{};
-    if (api.SystemGetNVMLVersion(buf.data(), buf.size()) == NVML_SUCCESS) {
-      buf.back() = '\0';
-      backend->nvml_version_ = buf.data();
-    }
-  }
-  if (backend->session_->lib().processes_v3() && api.SystemGetDriverVersion != nullptr) {
-    std::array<char, NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE> buf{};
-    if (api.SystemGetDriverVersion(buf.data(), buf.size()) == NVML_SUCCESS) {
-      buf.back() = '\0';
-      backend->process_stride_ = ProcessInfoStride(buf.data());
-      if (backend->process_stride_ != sizeof(nvmlProcessInfo_t)) {
-        spdlog::info("nvml: driver {} writes {}-byte process entries under _v3; reading them as such",
-                     buf.data(), backend->process_stride_);
-      }
+  backend->nvml_version_ = SystemString(api.SystemGetNVMLVersion);
+  if (backend->session_->lib().processes_v3()) {
+    const std::string driver = SystemString(api.SystemGetDriverVersion);
+    backend->process_stride_ = ProcessInfoStride(driver);
+    if (backend->process_stride_ != sizeof(nvmlProcessInfo_t)) {
+      spdlog::info("nvml: driver {} writes {}-byte process entries under _v3; reading them as such", driver,
+                   backend->process_stride_);
     }
   }
   return backend;
@@ -522,13 +527,7 @@ Result<NodeInventory> NvmlBackend::Discover() {
   const auto& api = s.api();
   NodeInventory inv;
   for (const auto& m : s.lib().missing()) inv.disabled_features.push_back(m);
-  if (api.SystemGetDriverVersion != nullptr) {
-    std::array<char, NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE> buf{};
-    if (api.SystemGetDriverVersion(buf.data(), buf.size()) == NVML_SUCCESS) {
-      buf.back() = '\0';
-      inv.driver_version = buf.data();
-    }
-  }
+  inv.driver_version = SystemString(api.SystemGetDriverVersion);
   if (api.SystemGetCudaDriverVersion != nullptr) {
     api.SystemGetCudaDriverVersion(&inv.cuda_driver_version);
   }

@@ -66,10 +66,11 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Open(const std::string& path) 
       missing_required += *names.begin();
     }
   };
+  // Returns the symbol bound, nullptr when none was.
   auto optional = [&](const char* feature, auto& slot, std::initializer_list<const char*> names) {
-    if (Bind(handle, slot, names) == nullptr) {
-      lib->missing_.push_back(std::string(feature) + " (" + *names.begin() + ")");
-    }
+    const char* bound = Bind(handle, slot, names);
+    if (bound == nullptr) lib->missing_.push_back(std::string(feature) + " (" + *names.begin() + ")");
+    return bound;
   };
 
   required(a.Init, {"nvmlInit_v2", "nvmlInit"});
@@ -101,7 +102,6 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Open(const std::string& path) 
   optional("architecture", a.DeviceGetArchitecture, {"nvmlDeviceGetArchitecture"});
   optional("attributes", a.DeviceGetAttributes,
            {"nvmlDeviceGetAttributes_v2", "nvmlDeviceGetAttributes"});
-  optional("NUMA node", a.DeviceGetNumaNodeId, {"nvmlDeviceGetNumaNodeId"});
   optional("MIG", a.DeviceGetMigMode, {"nvmlDeviceGetMigMode"});
   optional("MIG", a.DeviceGetMaxMigDeviceCount, {"nvmlDeviceGetMaxMigDeviceCount"});
   optional("MIG", a.DeviceGetMigDeviceHandleByIndex, {"nvmlDeviceGetMigDeviceHandleByIndex"});
@@ -129,12 +129,9 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Open(const std::string& path) 
            {"nvmlDeviceGetRetiredPagesPendingStatus"});
   optional("remapped rows", a.DeviceGetRemappedRows, {"nvmlDeviceGetRemappedRows"});
   // The unversioned symbol fills the 16-byte v1 struct; only v3/v2 share ours.
-  {
-    const char* bound = Bind(handle, a.DeviceGetComputeRunningProcesses,
-                             {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
-    if (bound == nullptr) lib->missing_.push_back("processes (nvmlDeviceGetComputeRunningProcesses_v3)");
-    lib->processes_v3_ = bound != nullptr && std::string_view(bound).ends_with("_v3");
-  }
+  const char* processes = optional("processes", a.DeviceGetComputeRunningProcesses,
+                                   {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
+  lib->processes_v3_ = processes != nullptr && std::string_view(processes).ends_with("_v3");
   optional("process utilisation", a.DeviceGetProcessUtilization,
            {"nvmlDeviceGetProcessUtilization"});
   optional("events", a.EventSetCreate, {"nvmlEventSetCreate"});

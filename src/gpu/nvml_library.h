@@ -51,7 +51,6 @@ class NvmlLibrary {
     nvmlReturn_t (*DeviceGetBrand)(nvmlDevice_t, nvmlBrandType_t*) = nullptr;
     nvmlReturn_t (*DeviceGetArchitecture)(nvmlDevice_t, nvmlDeviceArchitecture_t*) = nullptr;
     nvmlReturn_t (*DeviceGetAttributes)(nvmlDevice_t, nvmlDeviceAttributes_t*) = nullptr;
-    nvmlReturn_t (*DeviceGetNumaNodeId)(nvmlDevice_t, unsigned int*) = nullptr;
     // MIG.
     nvmlReturn_t (*DeviceGetMigMode)(nvmlDevice_t, unsigned int*, unsigned int*) = nullptr;
     nvmlReturn_t (*DeviceGetMaxMigDeviceCount)(nvmlDevice_t, unsigned int*) = nullptr;
@@ -112,7 +111,7 @@ class NvmlLibrary {
   const std::string& path() const { return path_; }  // as resolved by the loader
 
   // Optional features switched off because their symbols are missing, each
-  // as "<feature> (<symbol>)", e.g. "numa node (nvmlDeviceGetNumaNodeId)".
+  // as "<feature> (<symbol>)", e.g. "remapped rows (nvmlDeviceGetRemappedRows)".
   const std::vector<std::string>& missing() const { return missing_; }
 
   // True when DeviceGetComputeRunningProcesses is the _v3 symbol, whose entry

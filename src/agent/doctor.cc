@@ -129,7 +129,7 @@ void CheckCdi(const config::Config& cfg, const DoctorOptions& options, Findings&
 
 // The value of label `name` in one exposition-format sample line; nullopt
 // when the line has none. Prometheus escapes \\, \" and \n in label values.
-std::optional<std::string> LabelValue(std::string_view line, std::string_view name) {
+std::optional<std::string> SampleLabel(std::string_view line, std::string_view name) {
   const std::string key = std::string(name) + "=\"";
   for (size_t at = line.find(key); at != std::string_view::npos; at = line.find(key, at + 1)) {
     if (at > 0 && line[at - 1] != '{' && line[at - 1] != ',') continue;  // a longer label name
@@ -181,11 +181,11 @@ std::optional<std::map<std::string, std::string>> AgentHealth(const config::Conf
   std::istringstream body(r->body);
   for (std::string line; std::getline(body, line);) {
     if (!line.starts_with("danqing_gpu_healthy{")) continue;
-    const auto uuid = LabelValue(line, "UUID");
+    const auto uuid = SampleLabel(line, "UUID");
     const size_t end = line.rfind('}');
     if (!uuid || end == std::string::npos) continue;
     const bool healthy = line.compare(end + 1, std::string::npos, " 1") == 0;
-    out[*uuid] = healthy ? "" : LabelValue(line, "reason").value_or("unhealthy");
+    out[*uuid] = healthy ? "" : SampleLabel(line, "reason").value_or("unhealthy");
   }
   if (out.empty()) {
     why = where + "/metrics has no danqing_gpu_healthy series (is it the node agent?)";

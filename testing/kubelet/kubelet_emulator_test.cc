@@ -1,4 +1,5 @@
 #include "testing/kubelet/kubelet_emulator.h"
+#include "testing/support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -22,26 +23,6 @@ using namespace std::chrono_literals;
 constexpr auto kWait = 10s;
 constexpr const char* kResource = "example.com/gpu";
 constexpr const char* kEndpoint = "test.sock";
-
-// A fresh, short directory under /tmp, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/kbXXXXXX";
-    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 v1beta1::Device MakeDevice(const std::string& id, const std::string& health) {
   v1beta1::Device d;

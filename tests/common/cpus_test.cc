@@ -3,10 +3,11 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
+
+#include "testing/support/temp_dir.h"
 
 namespace danqing {
 namespace {
@@ -30,19 +31,15 @@ TEST(CpuQuotaTest, CgroupV1Cfs) {
 
 class AvailableCpusTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "danqing-cpus-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
   static unsigned Affinity() {
     cpu_set_t set;
     CPU_ZERO(&set);
     EXPECT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
     return static_cast<unsigned>(CPU_COUNT(&set));
   }
-  std::string dir_;
+  danqing::testing::TempDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(AvailableCpusTest, AOneCpuQuotaGivesOneWhateverTheNodeHas) {

@@ -3,7 +3,6 @@
 #include "config/watch.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "testing/support/temp_dir.h"
+
 namespace danqing::config {
 namespace {
 
@@ -19,13 +20,7 @@ using namespace std::chrono_literals;
 
 class WatchConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "danqing-watch-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/config.yaml";
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
 
   // Write-then-rename, as editors and ConfigMap volumes replace files.
   void Write(const std::string& text) {
@@ -50,8 +45,9 @@ class WatchConfigTest : public ::testing::Test {
     return n.load() >= at_least;
   }
 
-  std::string dir_;
-  std::string path_;
+  danqing::testing::TempDir tmp_;
+  const std::string dir_ = tmp_.path();
+  const std::string path_ = dir_ + "/config.yaml";
 };
 
 TEST_F(WatchConfigTest, AnEditMadeBeforeTheWatchBeganIsReportedAtOnce) {

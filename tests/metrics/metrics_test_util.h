@@ -16,27 +16,11 @@
 #include "metrics/collector.h"
 #include "podresources/v1/api.pb.h"
 #include "testing/support/fake_node.h"
+#include "testing/support/temp_dir.h"
 
 namespace danqing::metrics::test {
 
-// A short temporary directory (unix socket paths must stay under 108 bytes).
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/dqmXXXXXX";
-    if (::mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using danqing::testing::TempDir;
 
 // A fake node, its NvmlBackend and one discovery.
 struct Node {

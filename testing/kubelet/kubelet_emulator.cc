@@ -162,7 +162,8 @@ grpc::Status WithContext(const grpc::Status& s, const std::string& context) {
 
 class KubeletEmulator::Impl {
  public:
-  Impl(std::string dir, KubeletEmulatorOptions options) : dir_(std::move(dir)), options_(options) {}
+  Impl(std::string dir, KubeletEmulatorOptions options)
+      : dir_(std::move(dir)), options_(options), register_reply_delay_(options.register_reply_delay) {}
 
   ~Impl() { Stop(); }
 
@@ -201,6 +202,9 @@ class KubeletEmulator::Impl {
     v1beta1::DevicePluginOptions options;
     std::optional<Clock::time_point> last_registration;
     std::shared_ptr<Stream> stream;  // the current registration's
+    int open_streams = 0;            // this registration's and earlier ones' still open
+    int stale_stream_ends = 0;       // ends of earlier registrations' streams
+    std::optional<Clock::time_point> stopped_at;  // the current endpoint's stop time
     bool has_devices = false;
     std::vector<v1beta1::Device> devices;
     int64_t stream_updates = 0;
@@ -227,6 +231,10 @@ class KubeletEmulator::Impl {
     if (r == nullptr || !r->registered || r->stream == nullptr) {
       return {grpc::StatusCode::FAILED_PRECONDITION,
               "resource " + resource + " is not registered with the kubelet"};
+    }
+    if (r->stopped_at) {
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              "endpoint of " + resource + " is stopped (a ListAndWatch stream of it ended)"};
     }
     if (advertised != nullptr && !(r->options.*advertised)()) {
       return {grpc::StatusCode::FAILED_PRECONDITION,
@@ -266,6 +274,7 @@ class KubeletEmulator::Impl {
   std::vector<std::shared_ptr<Stream>> streams_;    // GUARDED_BY(mu_); joined by StopServing
   std::optional<Clock::time_point> last_restart_;   // GUARDED_BY(mu_)
   int restart_count_ = 0;                           // GUARDED_BY(mu_)
+  std::chrono::milliseconds register_reply_delay_;  // GUARDED_BY(mu_)
 };
 
 class KubeletEmulator::Impl::RegistrationService final
@@ -359,7 +368,6 @@ void KubeletEmulator::Impl::Dial(const std::shared_ptr<PendingDial>& pending,
   const v1beta1::RegisterRequest& request = pending->request;
   const std::string& resource = request.resource_name();
   grpc::Status result = grpc::Status::OK;
-  std::shared_ptr<Stream> replaced;
   if (!status.ok()) {
     result = WithContext(
         status, "failed to dial device plugin " + request.endpoint() + " or get its options");
@@ -369,7 +377,8 @@ void KubeletEmulator::Impl::Dial(const std::shared_ptr<PendingDial>& pending,
       result = {grpc::StatusCode::UNAVAILABLE, "kubelet restarted during registration"};
     } else {
       Resource& r = resources_[resource];
-      replaced = r.stream;
+      // The earlier registration's stream, if any, stays open: the kubelet
+      // does not end it (see the header).
       auto stream = std::make_shared<Stream>();
       stream->resource = resource;
       stream->endpoint = request.endpoint();
@@ -383,14 +392,20 @@ void KubeletEmulator::Impl::Dial(const std::shared_ptr<PendingDial>& pending,
       r.stream_updates = 0;
       r.stream_ended = false;
       r.stream_status = grpc::Status::OK;
+      r.stopped_at.reset();  // a new endpoint
+      ++r.open_streams;
       streams_.push_back(stream);
       // As the kubelet: the stream is opened right away, asynchronously.
       stream->thread = std::thread([this, stream] { RunStream(stream); });
       cv_.notify_all();
     }
   }
-  // The old stream ends (cancelled outside mu_, as all gRPC calls here).
-  if (replaced != nullptr) replaced->context.TryCancel();
+  if (result.ok()) {
+    std::unique_lock lock(mu_);
+    if (register_reply_delay_.count() > 0) {
+      cv_.wait_for(lock, register_reply_delay_, [this] { return !accepting_; });
+    }
+  }
   if (result.ok()) {
     spdlog::info("kubelet emulator: registered {} at {}", resource, request.endpoint());
   } else {
@@ -412,23 +427,37 @@ void KubeletEmulator::Impl::RunStream(const std::shared_ptr<Stream>& stream) {
     const auto received = std::chrono::steady_clock::now();
     std::lock_guard lock(mu_);
     Resource& r = resources_[stream->resource];
-    if (r.stream != stream) continue;  // replaced by a newer registration
-    r.last_update = received;
+    // As the kubelet, which keys its device lists by resource name: a
+    // message on an earlier registration's stream replaces the list too.
     r.devices.assign(message.devices().begin(), message.devices().end());
     r.has_devices = true;
-    ++r.stream_updates;
+    if (r.stream == stream) {
+      r.last_update = received;
+      ++r.stream_updates;
+    }
     cv_.notify_all();
   }
   grpc::Status status = reader->Finish();
   spdlog::info("kubelet emulator: ListAndWatch of {} ended: {}", stream->resource,
                StatusText(status));
+  if (options_.stream_end_delay.count() > 0) std::this_thread::sleep_for(options_.stream_end_delay);
   std::lock_guard lock(mu_);
   Resource& r = resources_[stream->resource];
-  if (r.stream != stream) return;
-  // As the kubelet: the plugin is gone, so are its devices' health.
+  --r.open_streams;
+  // As the kubelet: the plugin is gone, so are its devices' health, and the
+  // resource's endpoint stops. The kubelet does this by resource name, so
+  // the end of an earlier registration's stream stops the current endpoint.
   for (v1beta1::Device& d : r.devices) d.set_health(kUnhealthy);
-  r.stream_ended = true;
-  r.stream_status = status;
+  r.stopped_at = Clock::now();
+  if (r.stream == stream) {
+    r.stream_ended = true;
+    r.stream_status = status;
+  } else {
+    ++r.stale_stream_ends;
+    spdlog::warn("kubelet emulator: a stream of an earlier registration of {} ended: the current "
+                 "endpoint is stopped and its devices unhealthy",
+                 stream->resource);
+  }
   cv_.notify_all();
 }
 
@@ -638,6 +667,54 @@ grpc::Status KubeletEmulator::StreamStatus(const std::string& resource) const {
   return r == nullptr ? grpc::Status::OK : r->stream_status;
 }
 
+int KubeletEmulator::OpenStreams(const std::string& resource) const {
+  std::lock_guard lock(impl_->mu_);
+  const Impl::Resource* r = impl_->Find(resource);
+  return r == nullptr ? 0 : r->open_streams;
+}
+
+bool KubeletEmulator::WaitForOpenStreams(const std::string& resource, int count,
+                                         std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(impl_->mu_);
+  return impl_->cv_.wait_for(lock, timeout, [&] {
+    const Impl::Resource* r = impl_->Find(resource);
+    return (r == nullptr ? 0 : r->open_streams) == count;
+  });
+}
+
+int KubeletEmulator::StaleStreamEnds(const std::string& resource) const {
+  std::lock_guard lock(impl_->mu_);
+  const Impl::Resource* r = impl_->Find(resource);
+  return r == nullptr ? 0 : r->stale_stream_ends;
+}
+
+std::optional<KubeletEmulator::Clock::time_point> KubeletEmulator::EndpointStopTime(
+    const std::string& resource) const {
+  std::lock_guard lock(impl_->mu_);
+  const Impl::Resource* r = impl_->Find(resource);
+  return r == nullptr ? std::nullopt : r->stopped_at;
+}
+
+grpc::Status KubeletEmulator::BreakStream(const std::string& resource) {
+  std::shared_ptr<Impl::Stream> stream;
+  {
+    std::lock_guard lock(impl_->mu_);
+    const Impl::Resource* r = impl_->Find(resource);
+    if (r == nullptr || r->stream == nullptr || r->stream_ended) {
+      return {grpc::StatusCode::FAILED_PRECONDITION, "no open ListAndWatch stream of " + resource};
+    }
+    stream = r->stream;
+  }
+  spdlog::info("kubelet emulator: breaking the ListAndWatch stream of {}", resource);
+  stream->context.TryCancel();  // outside mu_, as every gRPC call here
+  return grpc::Status::OK;
+}
+
+void KubeletEmulator::SetRegisterReplyDelay(std::chrono::milliseconds delay) {
+  std::lock_guard lock(impl_->mu_);
+  impl_->register_reply_delay_ = delay;
+}
+
 std::optional<KubeletEmulator::Clock::time_point> KubeletEmulator::LastRestartTime() const {
   std::lock_guard lock(impl_->mu_);
   return impl_->last_restart_;
@@ -712,12 +789,26 @@ AllocateResult KubeletEmulator::Allocate(const std::string& resource,
   return result;
 }
 
+grpc::Status KubeletEmulator::GetDevicePluginOptions(const std::string& resource,
+                                                     v1beta1::DevicePluginOptions* options) const {
+  std::shared_ptr<grpc::Channel> channel;
+  if (grpc::Status s = impl_->ChannelFor(resource, &channel); !s.ok()) return s;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(impl_->options_.call_timeout));
+  auto stub = v1beta1::DevicePlugin::NewStub(channel);
+  grpc::Status s = stub->GetDevicePluginOptions(&context, v1beta1::Empty(), options);
+  return s.ok() ? s : WithContext(s, "GetDevicePluginOptions for " + resource);
+}
+
 grpc::Status KubeletEmulator::PreStartContainer(const std::string& resource,
                                                 const std::vector<std::string>& ids) const {
   std::shared_ptr<grpc::Channel> channel;
-  // Sent whatever the options say: bench/plugin_bench times it as the floor
-  // of one RPC (the kubelet would call it only with pre_start_required).
-  if (grpc::Status s = impl_->ChannelFor(resource, &channel); !s.ok()) return s;
+  if (grpc::Status s = impl_->ChannelFor(resource, &channel,
+                                         &v1beta1::DevicePluginOptions::pre_start_required,
+                                         "PreStartContainer");
+      !s.ok()) {
+    return s;
+  }
   v1beta1::PreStartContainerRequest request;
   for (const std::string& id : ids) request.add_devices_ids(id);
   v1beta1::PreStartContainerResponse response;

@@ -9,13 +9,21 @@
 //   * Right after accepting a registration it opens ListAndWatch on a
 //     background thread; every message replaces the resource's whole device
 //     list. When the stream ends, all of the resource's devices are marked
-//     "Unhealthy" at once.
-//   * A second registration of the same resource replaces the first (its
-//     stream is cancelled).
+//     "Unhealthy" at once and the resource's endpoint is stopped: calls into
+//     the plugin fail, and a real kubelet drops the resource from the node's
+//     capacity 5 minutes later unless the plugin registers again.
+//   * A second registration of the same resource makes a new endpoint but
+//     leaves the first one's stream open, as the kubelet (1.26 and later)
+//     does. Its messages still replace the device list, and when it ends the
+//     kubelet, which handles a stream's end by resource name, marks the
+//     resource unhealthy and stops the *new* endpoint (StaleStreamEnds
+//     counts these). A plugin must therefore end its old stream, and let the
+//     kubelet see that, before it registers again.
 //   * GetPreferredAllocation / Allocate / PreStartContainer are issued on demand
 //     by the test, one container request per RPC, as the kubelet does;
-//     GetPreferredAllocation only when the plugin's GetDevicePluginOptions
-//     asked for it (FAILED_PRECONDITION otherwise: the kubelet would not call).
+//     GetPreferredAllocation and PreStartContainer only when the plugin's
+//     GetDevicePluginOptions asked for them, and none of them on a stopped
+//     endpoint (FAILED_PRECONDITION otherwise: the kubelet would not call).
 //   * Restart() emulates a kubelet restart: the Registration server stops, the
 //     plugin streams are cancelled, every socket in <dir> is deleted (regular
 //     files such as kubelet_internal_checkpoint stay), all registrations are
@@ -57,6 +65,13 @@ struct KubeletEmulatorOptions {
   // How long Stop/Restart let in-flight RPCs finish before cancelling them.
   // Default 1 s.
   std::chrono::milliseconds shutdown_grace{1'000};
+  // How long the kubelet takes to handle the end of a ListAndWatch stream
+  // (a loaded kubelet). Default 0.
+  std::chrono::milliseconds stream_end_delay{0};
+  // How long Register takes to answer once it has accepted the plugin and
+  // opened its stream (a kubelet slower than the plugin's deadline).
+  // Default 0.
+  std::chrono::milliseconds register_reply_delay{0};
 };
 
 struct PreferredAllocationResult {
@@ -147,6 +162,24 @@ class KubeletEmulator {
   bool WaitForStreamEnd(const std::string& resource, std::chrono::milliseconds timeout) const;
   // The status the ended stream finished with (OK while it is open).
   grpc::Status StreamStatus(const std::string& resource) const;
+  // ListAndWatch streams of `resource` the kubelet holds open, the current
+  // registration's and earlier ones'.
+  int OpenStreams(const std::string& resource) const;
+  // Waits until OpenStreams(resource) == count.
+  bool WaitForOpenStreams(const std::string& resource, int count,
+                          std::chrono::milliseconds timeout) const;
+  // Ends of streams of earlier registrations, each of which stopped the
+  // endpoint registered after them.
+  int StaleStreamEnds(const std::string& resource) const;
+  // When the resource's current endpoint was stopped (a stream of it ended);
+  // nullopt while it runs. A new registration starts a new endpoint.
+  std::optional<Clock::time_point> EndpointStopTime(const std::string& resource) const;
+  // Ends the current registration's stream from the kubelet's side, as a
+  // broken connection does. FAILED_PRECONDITION when none is open.
+  grpc::Status BreakStream(const std::string& resource);
+
+  // Changes KubeletEmulatorOptions::register_reply_delay from now on.
+  void SetRegisterReplyDelay(std::chrono::milliseconds delay);
 
   // --- Restarts --------------------------------------------------------------
 
@@ -156,9 +189,14 @@ class KubeletEmulator {
 
   // --- Calls into the plugin, as the kubelet makes them -----------------------
   // Each uses the registered endpoint's channel. FAILED_PRECONDITION when
-  // `resource` is not registered with the current kubelet instance; otherwise
-  // the RPC's status. A response without container_responses is INTERNAL, as
-  // for the kubelet.
+  // `resource` is not registered with the current kubelet instance or its
+  // endpoint is stopped; otherwise the RPC's status. A response without
+  // container_responses is INTERNAL, as for the kubelet.
+
+  // The kubelet calls this once, inside Register; here it can be repeated
+  // (bench/plugin_bench times it as the floor of one RPC).
+  grpc::Status GetDevicePluginOptions(const std::string& resource,
+                                      v1beta1::DevicePluginOptions* options) const;
 
   PreferredAllocationResult GetPreferredAllocation(const std::string& resource,
                                                    const std::vector<std::string>& available,

@@ -67,7 +67,8 @@ class FakePlugin final : public v1beta1::DevicePlugin::CallbackService {
   }
 
   grpc::Status Register(const std::string& version = KubeletEmulator::kVersion,
-                        const std::string& resource = kResource, const std::string& endpoint = "") {
+                        const std::string& resource = kResource, const std::string& endpoint = "",
+                        std::chrono::milliseconds deadline = kWait) {
     auto stub = v1beta1::Registration::NewStub(
         grpc::CreateChannel("unix://" + (fs::path(dir_) / "kubelet.sock").string(),
                             grpc::InsecureChannelCredentials()));
@@ -81,7 +82,7 @@ class FakePlugin final : public v1beta1::DevicePlugin::CallbackService {
     }
     v1beta1::Empty response;
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + kWait);
+    context.set_deadline(std::chrono::system_clock::now() + deadline);
     return stub->Register(&context, request, &response);
   }
 
@@ -98,6 +99,19 @@ class FakePlugin final : public v1beta1::DevicePlugin::CallbackService {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [this] { return writers_.empty(); });
     server_.reset();
+  }
+
+  // Ends the stream opened first of those still open (false if none is).
+  bool EndOldestStream() {
+    std::lock_guard lock(mu_);
+    if (by_age_.empty()) return false;
+    by_age_.front()->End(grpc::Status::OK);
+    return true;
+  }
+
+  void SetPreStartRequired(bool required) {
+    std::lock_guard lock(mu_);
+    options_.set_pre_start_required(required);
   }
 
   // Sends the new full list on every open stream.
@@ -138,6 +152,7 @@ class FakePlugin final : public v1beta1::DevicePlugin::CallbackService {
     auto* writer = new Writer(this);
     std::lock_guard lock(mu_);
     writers_.insert(writer);
+    by_age_.push_back(writer);
     if (stopping_) {
       writer->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "stopping"));
     } else {
@@ -292,6 +307,7 @@ class FakePlugin final : public v1beta1::DevicePlugin::CallbackService {
   void RemoveWriter(Writer* w) {
     std::lock_guard lock(mu_);
     writers_.erase(w);
+    by_age_.erase(std::find(by_age_.begin(), by_age_.end(), w));
     cv_.notify_all();
   }
 
@@ -304,6 +320,7 @@ class FakePlugin final : public v1beta1::DevicePlugin::CallbackService {
   std::condition_variable cv_;
   std::vector<v1beta1::Device> devices_;
   std::set<Writer*> writers_;
+  std::deque<Writer*> by_age_;  // writers_, oldest first
   bool stopping_ = false;
   std::vector<std::vector<std::string>> pre_start_calls_;
 };
@@ -527,7 +544,7 @@ TEST_F(KubeletEmulatorTest, PluginExitMarksDevicesUnhealthy) {
   EXPECT_EQ(kubelet_.Devices(kResource).size(), 2u);
 }
 
-TEST_F(KubeletEmulatorTest, ReRegistrationReplacesTheStream) {
+TEST_F(KubeletEmulatorTest, ReRegistrationLeavesTheOldStreamOpenAndItsEndStopsTheNewEndpoint) {
   FakePlugin plugin(dir_.path(), kEndpoint);
   ServeAndRegister(plugin);
   ASSERT_TRUE(plugin.WaitForStreams(1, kWait));
@@ -535,13 +552,102 @@ TEST_F(KubeletEmulatorTest, ReRegistrationReplacesTheStream) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(kubelet_.WaitForRegistrationCount(kResource, 2, kWait));
   EXPECT_FALSE(kubelet_.WaitForRegistrationCount(kResource, 3, 1ms));
-  EXPECT_EQ(kubelet_.RegistrationCount(kResource), 2);
-  // The old stream is cancelled, the new one delivers the list again.
+  // As the kubelet: the first registration's stream is not ended.
+  EXPECT_TRUE(plugin.WaitForStreams(2, kWait));
+  EXPECT_EQ(kubelet_.OpenStreams(kResource), 2);
+  EXPECT_FALSE(kubelet_.EndpointStopTime(kResource).has_value());
+  EXPECT_TRUE(kubelet_.Allocate(kResource, {"GPU-0"}).status.ok());
+
+  // The old stream ends: the kubelet handles that by resource name, so the
+  // new endpoint is stopped and every device is unhealthy.
+  ASSERT_TRUE(plugin.EndOldestStream());
   ASSERT_TRUE(kubelet_.WaitForDevices(
-      kResource, [](const auto& d) { return d.size() == 2; }, kWait));
+      kResource, [](const auto& d) { return AllHealth(d, KubeletEmulator::kUnhealthy); }, kWait));
+  EXPECT_EQ(kubelet_.StaleStreamEnds(kResource), 1);
+  EXPECT_EQ(kubelet_.OpenStreams(kResource), 1);
+  EXPECT_FALSE(kubelet_.StreamEnded(kResource)) << "the current stream is still open";
+  EXPECT_TRUE(kubelet_.EndpointStopTime(kResource).has_value());
+  AllocateResult refused = kubelet_.Allocate(kResource, {"GPU-0"});
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.status.error_message().find("stopped"), std::string::npos)
+      << refused.status.error_message();
+
+  // The open stream's next list brings the health back, not the endpoint.
+  plugin.SetDevices(TwoHealthyDevices());
+  ASSERT_TRUE(kubelet_.WaitForDevices(
+      kResource, [](const auto& d) { return AllHealth(d, KubeletEmulator::kHealthy); }, kWait));
+  EXPECT_TRUE(kubelet_.EndpointStopTime(kResource).has_value());
+
+  // Registering again makes a new endpoint.
+  s = plugin.Register();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(kubelet_.EndpointStopTime(kResource).has_value());
+  EXPECT_TRUE(kubelet_.Allocate(kResource, {"GPU-0"}).status.ok());
+}
+
+TEST_F(KubeletEmulatorTest, BreakStreamEndsTheCurrentStreamFromTheKubeletsSide) {
+  FakePlugin plugin(dir_.path(), kEndpoint);
+  EXPECT_EQ(kubelet_.BreakStream(kResource).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ServeAndRegister(plugin);
+  ASSERT_TRUE(plugin.WaitForStreams(1, kWait));
+  ASSERT_TRUE(kubelet_.BreakStream(kResource).ok());
+  EXPECT_TRUE(kubelet_.WaitForStreamEnd(kResource, kWait));
+  EXPECT_EQ(kubelet_.StreamStatus(kResource).error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(plugin.WaitForStreams(0, kWait)) << "the plugin sees its stream end";
+  EXPECT_TRUE(kubelet_.EndpointStopTime(kResource).has_value());
+  EXPECT_TRUE(AllHealth(kubelet_.Devices(kResource), KubeletEmulator::kUnhealthy));
+  EXPECT_EQ(kubelet_.StaleStreamEnds(kResource), 0);
+  EXPECT_EQ(kubelet_.BreakStream(kResource).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(KubeletEmulatorTest, PreStartContainerOnlyWhenThePluginAskedForIt) {
+  FakePlugin plugin(dir_.path(), kEndpoint);
+  plugin.SetPreStartRequired(false);
+  ServeAndRegister(plugin);
+  grpc::Status s = kubelet_.PreStartContainer(kResource, {"GPU-0"});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("PreStartContainer"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(plugin.pre_start_calls().empty());
+  v1beta1::DevicePluginOptions options;
+  s = kubelet_.GetDevicePluginOptions(kResource, &options);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(options.pre_start_required());
+  EXPECT_TRUE(options.get_preferred_allocation_available());
+}
+
+TEST(KubeletEmulatorSlowKubeletTest, ARegisterAnsweredLateStillRegistersAndStreams) {
+  TempDir dir;
+  KubeletEmulatorOptions options;
+  options.register_reply_delay = 2s;
+  KubeletEmulator kubelet(dir.path(), options);
+  ASSERT_TRUE(kubelet.Start().ok());
+  FakePlugin plugin(dir.path(), kEndpoint);
+  ASSERT_TRUE(plugin.Serve());
+  grpc::Status s = plugin.Register(KubeletEmulator::kVersion, kResource, "", 200ms);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  // The plugin gave up; the kubelet did not.
+  EXPECT_TRUE(kubelet.WaitForRegistration(kResource, kWait));
   EXPECT_TRUE(plugin.WaitForStreams(1, kWait));
-  EXPECT_FALSE(kubelet_.StreamEnded(kResource));
-  EXPECT_TRUE(AllHealth(kubelet_.Devices(kResource), KubeletEmulator::kHealthy));
+  EXPECT_TRUE(kubelet.WaitForDevices(
+      kResource, [](const auto& d) { return d.size() == 2; }, kWait));
+}
+
+TEST(KubeletEmulatorSlowKubeletTest, AStreamsEndIsHandledAfterTheDelay) {
+  TempDir dir;
+  KubeletEmulatorOptions options;
+  options.stream_end_delay = 1s;
+  KubeletEmulator kubelet(dir.path(), options);
+  ASSERT_TRUE(kubelet.Start().ok());
+  FakePlugin plugin(dir.path(), kEndpoint);
+  ASSERT_TRUE(plugin.Serve());
+  ASSERT_TRUE(plugin.Register().ok());
+  ASSERT_TRUE(plugin.WaitForStreams(1, kWait));
+  plugin.Stop();
+  // The delay is a sleep: nothing is handled within the first 100 ms of it.
+  EXPECT_FALSE(kubelet.WaitForStreamEnd(kResource, 100ms));
+  EXPECT_FALSE(kubelet.EndpointStopTime(kResource).has_value());
+  EXPECT_TRUE(kubelet.WaitForStreamEnd(kResource, kWait));
+  EXPECT_TRUE(kubelet.EndpointStopTime(kResource).has_value());
 }
 
 TEST(KubeletEmulatorLifecycleTest, StartStop) {

@@ -20,6 +20,16 @@ namespace danqing::deviceplugin {
 
 using Clock = std::chrono::steady_clock;
 
+// One file, not one path: a kubelet makes kubelet.sock afresh each start. The
+// modification time tells a new socket from an old one whose inode number the
+// file system gave out again.
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileId&) const = default;
+};
+
 struct PluginManager::Entry {
   std::string resource;
   std::string socket_name;
@@ -30,10 +40,23 @@ struct PluginManager::Entry {
   std::optional<Clock::time_point> last_registered;
   std::string last_error;
   std::chrono::milliseconds backoff{0};
-  std::optional<Clock::time_point> retry_at;  // next registration attempt; none = not due
+  // Not registered: the next attempt. Registered: when to check that the
+  // kubelet's stream came (CheckStreams). None: nothing due.
+  std::optional<Clock::time_point> retry_at;
+  // Streams the server had opened when the last Register began: a stream
+  // opened after it belongs to that registration.
+  uint64_t streams_at_attempt = 0;
+  bool attempt_timed_out = false;  // the kubelet may have accepted it all the same
+  std::optional<FileId> kubelet;   // kubelet.sock when this resource last registered
 };
 
 namespace {
+
+std::optional<FileId> IdOf(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino, int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
 
 // Whether two snapshots advertise the same devices, whatever their health.
 bool SameDevicesIgnoringHealth(const ResourceSet& a, const ResourceSet& b) {
@@ -212,7 +235,8 @@ void PluginManager::ApplyLocked(const std::shared_ptr<const ResourceSet>& set) {
 void PluginManager::Serve(Entry& e) {
   if (e.server) e.server->Shutdown();
   e.registered = false;
-  auto server = std::make_unique<PluginServer>(e.resource, e.socket_path, options_.allocate);
+  auto server =
+      std::make_unique<PluginServer>(e.resource, e.socket_path, options_.allocate, [this] { Wake(); });
   if (Status st = server->Start(current_); !st.ok()) {
     e.last_error = st.message();
     spdlog::error("plugin: resource={} cannot serve: {}", e.resource, st.message());
@@ -222,23 +246,88 @@ void PluginManager::Serve(Entry& e) {
     return;
   }
   e.server = std::move(server);
-  e.retry_at = Clock::now();
+  // The old server's streams are over now; a kubelet that held one may not
+  // have handled that yet.
+  e.retry_at = Clock::now() + SettleFor(e);
+}
+
+// Caller holds mu_.
+std::chrono::milliseconds PluginManager::SettleFor(const Entry& e) const {
+  if (!e.kubelet) return std::chrono::milliseconds(0);
+  const auto now = IdOf(options_.plugin_dir + "/" + options_.kubelet_socket_name);
+  return now == e.kubelet ? options_.stream_settle : std::chrono::milliseconds(0);
+}
+
+// Caller holds mu_. A registered resource whose stream the kubelet opened
+// and that has ended since, while this manager kept serving it, or whose
+// stream never came (the kubelet lost it at once): the kubelet has marked its
+// devices unhealthy and will drop the resource, so register again once it
+// has handled the end. A registration still waiting for its stream is looked
+// at again when the wait is over (retry_at).
+void PluginManager::CheckStreams() {
+  const auto now = Clock::now();
+  for (auto& [name, e] : entries_) {
+    if (!e->server || !e->registered) continue;
+    const ServerStats st = e->server->stats();
+    const char* what = nullptr;
+    if (st.list_and_watch_streams > e->streams_at_attempt) {
+      if (st.open_streams > 0) {
+        e->retry_at.reset();
+        continue;
+      }
+      what = "the kubelet's ListAndWatch stream ended";
+    } else {
+      const auto deadline = e->last_registered.value_or(now) + options_.register_timeout;
+      if (now < deadline) {
+        e->retry_at = deadline;
+        continue;
+      }
+      what = "no ListAndWatch stream came from the kubelet after registering";
+    }
+    const auto wait = SettleFor(*e);
+    spdlog::warn("plugin: resource={} {}; registering again in {} ms", name, what, wait.count());
+    e->registered = false;
+    e->backoff = options_.initial_backoff;
+    e->retry_at = now + wait;
+  }
 }
 
 // Caller holds no lock.
 void PluginManager::TryRegister(Entry& e) {
   const std::string kubelet = options_.plugin_dir + "/" + options_.kubelet_socket_name;
   v1beta1::RegisterRequest req;
+  std::optional<FileId> kubelet_id;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (!e.server) Serve(e);
-    if (!e.server) return;
+    if (!e.server) {
+      Serve(e);
+      // Not served, or served but with a settle to wait out first.
+      if (!e.server || (e.retry_at && *e.retry_at > Clock::now())) return;
+    }
+    const ServerStats stats = e.server->stats();
+    if (e.attempt_timed_out && stats.open_streams > 0 && stats.list_and_watch_streams > e.streams_at_attempt) {
+      // The kubelet answered too late but did register us: it streams.
+      e.attempt_timed_out = false;
+      e.registered = true;
+      e.kubelet = IdOf(kubelet);
+      e.registrations++;
+      metrics::AgentMetrics().registrations.WithLabels({e.resource}).Inc();
+      e.last_registered = Clock::now();
+      e.last_error.clear();
+      e.retry_at.reset();
+      e.backoff = options_.initial_backoff;
+      spdlog::info("plugin: resource={} the kubelet accepted the registration after its deadline", e.resource);
+      return;
+    }
     if (!Exists(kubelet)) {
       // inotify wakes us when the kubelet creates its socket; retry slowly meanwhile.
       e.last_error = "kubelet socket " + kubelet + " does not exist";
       e.retry_at = Clock::now() + options_.max_backoff;
       return;
     }
+    e.streams_at_attempt = stats.list_and_watch_streams;
+    e.attempt_timed_out = false;
+    kubelet_id = IdOf(kubelet);
     req.set_version("v1beta1");
     req.set_endpoint(e.socket_name);
     req.set_resource_name(e.resource);
@@ -254,26 +343,38 @@ void PluginManager::TryRegister(Entry& e) {
   std::lock_guard<std::mutex> l(mu_);
   if (st.ok()) {
     e.registered = true;
+    e.kubelet = kubelet_id;
     e.registrations++;
     metrics::AgentMetrics().registrations.WithLabels({e.resource}).Inc();
     e.last_registered = Clock::now();
     e.last_error.clear();
-    e.retry_at.reset();
+    e.retry_at = *e.last_registered + options_.register_timeout;  // CheckStreams: has the stream come?
     e.backoff = options_.initial_backoff;
     spdlog::info("plugin: resource={} registered with the kubelet (endpoint {})", e.resource, e.socket_name);
   } else {
     e.last_error = "Register: " + st.error_message();
     metrics::AgentMetrics().registration_failures.WithLabels({e.resource}).Inc();
-    e.retry_at = Clock::now() + e.backoff;
+    auto wait = e.backoff;
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      // The kubelet may still accept it and open the stream (it does so after
+      // answering): look for that stream before asking again.
+      e.attempt_timed_out = true;
+      e.kubelet = kubelet_id;
+      wait = std::max(wait, options_.stream_settle);
+    }
+    e.retry_at = Clock::now() + wait;
     spdlog::warn("plugin: resource={} Register failed ({}), retry in {} ms", e.resource, st.error_message(),
-                 e.backoff.count());
+                 wait.count());
     e.backoff = std::min(e.backoff * 2, options_.max_backoff);
   }
 }
 
-// Caller holds mu_.
+// Caller holds mu_. A kubelet started: register with it every resource not
+// registered with it yet (one may have been, between its start and now).
 void PluginManager::RegisterAllNow() {
+  const auto kubelet = IdOf(options_.plugin_dir + "/" + options_.kubelet_socket_name);
   for (auto& [name, e] : entries_) {
+    if (e->registered && kubelet && e->kubelet == kubelet) continue;
     e->registered = false;
     e->retry_at = Clock::now();
     e->backoff = options_.initial_backoff;
@@ -290,11 +391,21 @@ void PluginManager::HandleInotify() {
       auto* ev = reinterpret_cast<struct inotify_event*>(p);
       p += sizeof(struct inotify_event) + ev->len;
       if (ev->mask & IN_Q_OVERFLOW) {
+        // Events were lost: serve again what lost its socket, and register
+        // at once with a kubelet other than the one last registered with. A
+        // registration with the kubelet still there stands (CheckStreams
+        // watches its stream), and one already scheduled keeps its time.
         spdlog::warn("plugin: inotify queue overflow; re-checking every socket");
+        const auto kubelet = IdOf(options_.plugin_dir + "/" + options_.kubelet_socket_name);
         for (auto& [name, e] : entries_) {
-          if (!Exists(e->socket_path)) Serve(*e);
+          if (!Exists(e->socket_path)) {
+            Serve(*e);
+          } else if (e->kubelet != kubelet || (!e->registered && !e->retry_at)) {
+            e->registered = false;
+            e->retry_at = Clock::now();
+            e->backoff = options_.initial_backoff;
+          }
         }
-        RegisterAllNow();
         continue;
       }
       const std::string name = ev->len > 0 ? ev->name : "";
@@ -367,9 +478,10 @@ void PluginManager::Run() {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (stopping_) return;
+      CheckStreams();
       const auto now = Clock::now();
       for (auto& [name, e] : entries_) {
-        if (e->retry_at && *e->retry_at <= now) due.push_back(e.get());
+        if (!e->registered && e->retry_at && *e->retry_at <= now) due.push_back(e.get());
       }
     }
     for (Entry* e : due) TryRegister(*e);

@@ -11,6 +11,20 @@
 // restarted and registers again. While the kubelet is absent, registration is
 // retried with capped exponential backoff. No fixed polling interval.
 //
+// Registering again with a kubelet that still holds the previous
+// registration's ListAndWatch stream would let that stream's end, which the
+// kubelet handles by resource name, mark the new registration's devices
+// unhealthy and its endpoint stopped (the resource then leaves the node's
+// capacity after 5 minutes). So the manager never registers while such a
+// stream is open: it re-registers with the same kubelet only after the old
+// server (and stream) is gone, and `stream_settle` later, so the kubelet has
+// handled the end first; a kubelet that was restarted (kubelet.sock is a new
+// file) is registered with at once. A stream the kubelet ends on its own
+// while it keeps running (a broken connection) is noticed, and the resource
+// registers again after the same wait. An inotify overflow re-registers
+// only what may have changed. A Register that timed out is not repeated if
+// the kubelet opened the stream all the same.
+//
 // Thread-safety: all public methods may be called from any thread. Structural
 // work (serving, registering) is handed to the manager thread through an
 // eventfd; a snapshot that keeps the same resources is applied on the caller's
@@ -41,6 +55,9 @@ struct ManagerOptions {
   std::chrono::milliseconds register_timeout{10'000};
   std::chrono::milliseconds initial_backoff{10};
   std::chrono::milliseconds max_backoff{5'000};
+  // Wait between the end of a stream and registering again with the same
+  // kubelet (see above). The kubelet handles an end within milliseconds.
+  std::chrono::milliseconds stream_settle{1'000};
 
   bool operator==(const ManagerOptions&) const = default;
 };
@@ -93,6 +110,8 @@ class PluginManager {
   void TryRegister(Entry& e);
   void RegisterAllNow();
   void HandleInotify();
+  void CheckStreams();
+  std::chrono::milliseconds SettleFor(const Entry& e) const;
   void WriteCdi(const ResourceSet& set);
 
   const ManagerOptions options_;

@@ -61,8 +61,11 @@ class CallTimer {
 class PluginServer::Hub {
  public:
   struct Counters {
+    explicit Counters(std::function<void()> stream_ended) : on_stream_end(std::move(stream_ended)) {}
     std::atomic<uint64_t> allocate_calls{0}, allocate_errors{0}, preferred_calls{0}, streams{0},
         sends{0};
+    std::atomic<uint64_t> open_streams{0};
+    const std::function<void()> on_stream_end;  // may be empty
   };
 
   Hub(std::string resource, AllocateOptions options, std::shared_ptr<Counters> shared_counters)
@@ -293,6 +296,7 @@ class Watcher {
     }
     Await(engine_);  // the kubelet opens a new stream on each registration
     hub_->counters->streams++;
+    hub_->counters->open_streams++;
     {
       std::lock_guard<std::mutex> l(mu_);
       started_ok_ = true;
@@ -316,9 +320,21 @@ class Watcher {
   }
 
   void OnCallDone(bool /*ok*/) {
+    // The stream is over for the kubelet (it cancelled, the connection
+    // broke, or our Finish went out): whoever watches the registration hears.
+    auto& counters = *hub_->counters;
+    bool counted = false;
     {
       std::lock_guard<std::mutex> l(mu_);
-      call_done_ = true;  // cancelled by the kubelet, or our Finish went out
+      call_done_ = true;
+      counted = started_ok_;
+    }
+    if (counted) {
+      counters.open_streams--;
+      if (counters.on_stream_end) counters.on_stream_end();
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
       if (!Finished()) return;
     }
     Free();
@@ -501,9 +517,11 @@ void PluginServer::Hub::CloseAll() {
   for (Watcher* w : watchers_) w->Close();
 }
 
-PluginServer::PluginServer(std::string resource, std::string socket_path, AllocateOptions options)
+PluginServer::PluginServer(std::string resource, std::string socket_path, AllocateOptions options,
+                           std::function<void()> on_stream_end)
     : resource_(std::move(resource)), socket_path_(std::move(socket_path)) {
-  hub_ = std::make_shared<Hub>(resource_, std::move(options), std::make_shared<Hub::Counters>());
+  hub_ = std::make_shared<Hub>(resource_, std::move(options),
+                               std::make_shared<Hub::Counters>(std::move(on_stream_end)));
 }
 
 PluginServer::~PluginServer() { Shutdown(); }
@@ -584,7 +602,7 @@ bool PluginServer::serving() const { return server_ != nullptr; }
 ServerStats PluginServer::stats() const {
   const auto& c = *hub()->counters;
   return {c.allocate_calls.load(), c.allocate_errors.load(), c.preferred_calls.load(), c.streams.load(),
-          c.sends.load()};
+          c.sends.load(), c.open_streams.load()};
 }
 
 }  // namespace danqing::deviceplugin

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,11 +38,16 @@ struct ServerStats {
   uint64_t preferred_calls = 0;
   uint64_t list_and_watch_streams = 0;  // opened over the server's life
   uint64_t list_and_watch_sends = 0;
+  uint64_t open_streams = 0;            // ListAndWatch streams open now
 };
 
 class PluginServer {
  public:
-  PluginServer(std::string resource, std::string socket_path, AllocateOptions options);
+  // `on_stream_end`, if given, is called (on the server's thread, with no
+  // lock of the server held) each time a ListAndWatch stream ends, whoever
+  // ended it. It must be cheap and must not call back into this server.
+  PluginServer(std::string resource, std::string socket_path, AllocateOptions options,
+               std::function<void()> on_stream_end = {});
   ~PluginServer();  // Shutdown()
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;

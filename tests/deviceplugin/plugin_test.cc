@@ -69,8 +69,8 @@ class PluginTest : public ::testing::Test {
     set_ = std::move(set).value();
   }
 
-  void StartKubelet() {
-    kubelet_ = std::make_unique<KubeletEmulator>(dir_);
+  void StartKubelet(danqing::testing::KubeletEmulatorOptions options = {}) {
+    kubelet_ = std::make_unique<KubeletEmulator>(dir_, options);
     ASSERT_TRUE(kubelet_->Start().ok());
   }
 
@@ -92,6 +92,17 @@ class PluginTest : public ::testing::Test {
           return true;
         },
         5s);
+  }
+
+  // Waits until the plugin's servers have `n` ListAndWatch streams open in all.
+  bool WaitForPluginStreams(uint64_t n) {
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+      uint64_t open = 0;
+      for (const auto& st : manager_->Statuses()) open += st.stats.open_streams;
+      if (open == n) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
   }
 
   std::string dir_;
@@ -271,18 +282,155 @@ TEST_F(PluginTest, WaitsForAnAbsentKubelet) {
   ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
 }
 
-TEST_F(PluginTest, OwnSocketDeletedIsServedAgain) {
+// The plugin's socket is deleted while the kubelet runs. The kubelet here is
+// slow to handle the old stream's end (300 ms): had the plugin registered
+// again before that, the old stream's end would have stopped the new
+// endpoint and marked its devices unhealthy (as a real kubelet does).
+TEST_F(PluginTest, OwnSocketDeletedIsServedAgainAndRegistersOnceTheKubeletHandledTheOldStream) {
   LoadNode("t4-1x");
-  StartKubelet();
-  StartPlugin();
+  danqing::testing::KubeletEmulatorOptions kopts;
+  kopts.stream_end_delay = 300ms;
+  StartKubelet(kopts);
+  ManagerOptions opts;
+  opts.stream_settle = 600ms;
+  StartPlugin(opts);
   ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
   const std::string sock = dir_ + "/danqing-nvidia.com-gpu.sock";
   ASSERT_EQ(::unlink(sock.c_str()), 0);
-  // The plugin re-serves and registers again, which replaces the stream (the
-  // old one may end before or after this point, so it is not waited for).
   EXPECT_TRUE(kubelet_->WaitForRegistrationCount(kGpu, 2, 5s));
+  // Every earlier stream has been handled: only the new one is open.
+  ASSERT_TRUE(kubelet_->WaitForOpenStreams(kGpu, 1, 5s));
+  EXPECT_EQ(kubelet_->StaleStreamEnds(kGpu), 0);
+  EXPECT_FALSE(kubelet_->EndpointStopTime(kGpu).has_value()) << "the new endpoint was stopped";
   EXPECT_TRUE(WaitAllHealthy(kGpu, 1)) << "the new stream carries the device list";
   EXPECT_TRUE(Exists(sock));
+  auto r = kubelet_->Allocate(kGpu, {inventory_.gpus[0].uuid});
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+}
+
+// The kubelet's end of the stream breaks while both keep running: the
+// kubelet has stopped the endpoint, so the plugin must register again.
+TEST_F(PluginTest, AStreamTheKubeletEndsIsFollowedByANewRegistration) {
+  LoadNode("t4-1x");
+  StartKubelet();
+  ManagerOptions opts;
+  opts.stream_settle = 100ms;
+  StartPlugin(opts);
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
+  ASSERT_TRUE(kubelet_->WaitForOpenStreams(kGpu, 1, 5s));
+  ASSERT_TRUE(kubelet_->BreakStream(kGpu).ok());
+  ASSERT_TRUE(kubelet_->WaitForStreamEnd(kGpu, 5s));
+  EXPECT_TRUE(kubelet_->WaitForRegistrationCount(kGpu, 2, 5s)) << "the plugin did not register again";
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
+  EXPECT_FALSE(kubelet_->EndpointStopTime(kGpu).has_value());
+  EXPECT_EQ(kubelet_->StaleStreamEnds(kGpu), 0);
+  auto r = kubelet_->Allocate(kGpu, {inventory_.gpus[0].uuid});
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+}
+
+// The kubelet drops the stream as soon as it has accepted the registration,
+// often before the plugin's server has even seen the call: whether the
+// plugin sees a stream end or no stream at all, it registers again.
+TEST_F(PluginTest, AStreamLostRightAfterRegisteringIsFollowedByANewRegistration) {
+  LoadNode("t4-1x");
+  StartKubelet();
+  ManagerOptions opts;
+  opts.stream_settle = 50ms;
+  opts.register_timeout = 500ms;
+  StartPlugin(opts);
+  for (int round = 1; round <= 5; ++round) {
+    ASSERT_TRUE(kubelet_->WaitForRegistrationCount(kGpu, round, 5s)) << "round " << round;
+    ASSERT_TRUE(kubelet_->BreakStream(kGpu).ok()) << "round " << round;
+  }
+  ASSERT_TRUE(kubelet_->WaitForRegistrationCount(kGpu, 6, 5s)) << "no registration after the last lost stream";
+  ASSERT_TRUE(kubelet_->WaitForOpenStreams(kGpu, 1, 5s));
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
+  EXPECT_FALSE(kubelet_->EndpointStopTime(kGpu).has_value());
+  EXPECT_TRUE(WaitForPluginStreams(1));
+}
+
+// The kubelet answers Register after the plugin's deadline but registers it
+// and opens the stream all the same: the plugin sees that stream and does
+// not register a second time (which would leave two streams open).
+TEST_F(PluginTest, ARegisterThatTimedOutButStreamsIsNotRepeated) {
+  LoadNode("t4-1x");
+  danqing::testing::KubeletEmulatorOptions kopts;
+  kopts.register_reply_delay = 1500ms;
+  StartKubelet(kopts);
+  ManagerOptions opts;
+  opts.register_timeout = 300ms;
+  opts.stream_settle = 400ms;
+  StartPlugin(opts);
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
+  bool registered = false;
+  for (int i = 0; i < 500 && !registered; ++i) {
+    registered = manager_->Statuses().at(0).registered;
+    if (!registered) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(registered) << manager_->Statuses().at(0).last_error;
+  // Past the reply delay and a retry's backoff: still the one Register.
+  EXPECT_FALSE(kubelet_->WaitForRegistrationCount(kGpu, 2, 2s));
+  EXPECT_EQ(kubelet_->RegisterCalls(), 1);
+  EXPECT_EQ(kubelet_->OpenStreams(kGpu), 1);
+  EXPECT_FALSE(kubelet_->EndpointStopTime(kGpu).has_value());
+}
+
+// inotify events are lost (the queue overflows while the manager thread sits
+// in a slow Register of another resource): the registration that still
+// stands, with its stream open, is left alone.
+TEST_F(PluginTest, AnInotifyOverflowDoesNotRegisterAStandingRegistrationAgain) {
+  ResourceOptions ropts;
+  ropts.time_slicing.push_back({"nvidia.com/gpu", "", 4, {"0", "1"}});
+  LoadNode("a100-8x-nvswitch", ropts);
+  StartKubelet();
+  ManagerOptions opts;
+  opts.stream_settle = 50ms;
+  opts.register_timeout = 20s;
+  StartPlugin(opts);
+  const std::string shared = "nvidia.com/gpu.shared";
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  ASSERT_TRUE(kubelet_->WaitForRegistration(shared, 5s));
+  ASSERT_TRUE(kubelet_->WaitForOpenStreams(kGpu, 1, 5s));
+  ASSERT_TRUE(kubelet_->WaitForOpenStreams(shared, 1, 5s));
+  ASSERT_TRUE(WaitForPluginStreams(2));
+  const int calls = kubelet_->RegisterCalls();
+
+  // The shared resource registers again, into a kubelet that takes 4 s to
+  // answer; once its Register has arrived, the manager thread is inside it.
+  kubelet_->SetRegisterReplyDelay(4s);
+  ASSERT_TRUE(kubelet_->BreakStream(shared).ok());
+  for (int i = 0; i < 500 && kubelet_->RegisterCalls() == calls; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(kubelet_->RegisterCalls(), calls + 1);
+  const auto blocked_since = std::chrono::steady_clock::now();
+
+  // More events than the queue holds.
+  int queue = 16384;
+  std::ifstream("/proc/sys/fs/inotify/max_queued_events") >> queue;
+  const std::string flood = dir_ + "/flood";
+  for (int i = 0; i < queue + 100; ++i) std::ofstream(flood + std::to_string(i));
+  if (std::chrono::steady_clock::now() - blocked_since > 3s) {
+    GTEST_SKIP() << "the flood took longer than the blocked Register: no overflow for sure";
+  }
+  kubelet_->SetRegisterReplyDelay(0ms);
+  // The kubelet counts the registration before it answers; the plugin, when
+  // the answer comes. The overflow is handled right after that.
+  bool answered = false;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       !answered && std::chrono::steady_clock::now() < deadline;) {
+    for (const auto& st : manager_->Statuses()) {
+      if (st.resource == shared) answered = st.registered && st.registrations == 2;
+    }
+    if (!answered) std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(answered);
+  EXPECT_FALSE(kubelet_->WaitForRegistrationCount(kGpu, 2, 1s))
+      << "a registration whose kubelet, socket and stream were all still there was repeated";
+  EXPECT_EQ(kubelet_->OpenStreams(kGpu), 1);
+  EXPECT_FALSE(kubelet_->EndpointStopTime(kGpu).has_value());
+  ASSERT_TRUE(WaitAllHealthy(shared, 8));
 }
 
 TEST_F(PluginTest, TwoResourcesServedAtOnce) {

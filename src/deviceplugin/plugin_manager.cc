@@ -20,16 +20,6 @@ namespace danqing::deviceplugin {
 
 using Clock = std::chrono::steady_clock;
 
-// One file, not one path: a kubelet makes kubelet.sock afresh each start. The
-// modification time tells a new socket from an old one whose inode number the
-// file system gave out again.
-struct FileId {
-  dev_t dev = 0;
-  ino_t ino = 0;
-  int64_t mtime_ns = 0;
-  bool operator==(const FileId&) const = default;
-};
-
 struct PluginManager::Entry {
   std::string resource;
   std::string socket_name;
@@ -46,7 +36,6 @@ struct PluginManager::Entry {
   // Streams the server had opened when the last Register began: a stream
   // opened after it belongs to that registration.
   uint64_t streams_at_attempt = 0;
-  bool attempt_timed_out = false;  // the kubelet may have accepted it all the same
   std::optional<FileId> kubelet;   // kubelet.sock when this resource last registered
 };
 
@@ -55,7 +44,8 @@ namespace {
 std::optional<FileId> IdOf(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  return FileId{st.st_dev, st.st_ino, int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+  return FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
 // Whether two snapshots advertise the same devices, whatever their health.
@@ -204,6 +194,10 @@ void PluginManager::ApplyLocked(const std::shared_ptr<const ResourceSet>& set) {
       e->socket_name = SocketNameFor(r.name);
       e->socket_path = options_.plugin_dir + "/" + e->socket_name;
       e->backoff = options_.initial_backoff;
+      if (auto old = retired_.find(r.name); old != retired_.end()) {
+        e->kubelet = old->second;
+        retired_.erase(old);
+      }
       Serve(*e);
       entries_[r.name] = std::move(e);
     } else if (it->second->server) {
@@ -221,6 +215,7 @@ void PluginManager::ApplyLocked(const std::shared_ptr<const ResourceSet>& set) {
     if (set->Find(it->first) == nullptr) {
       spdlog::info("plugin: resource={} no longer advertised; stopping its server", it->first);
       if (it->second->server) it->second->server->Shutdown();
+      retired_[it->first] = it->second->kubelet;
       it = entries_.erase(it);
     } else {
       ++it;
@@ -304,10 +299,19 @@ void PluginManager::TryRegister(Entry& e) {
       // Not served, or served but with a settle to wait out first.
       if (!e.server || (e.retry_at && *e.retry_at > Clock::now())) return;
     }
+    if (!Exists(kubelet)) {
+      // inotify wakes us when the kubelet creates its socket; retry slowly meanwhile.
+      e.last_error = "kubelet socket " + kubelet + " does not exist";
+      e.retry_at = Clock::now() + options_.max_backoff;
+      return;
+    }
     const ServerStats stats = e.server->stats();
-    if (e.attempt_timed_out && stats.open_streams > 0 && stats.list_and_watch_streams > e.streams_at_attempt) {
-      // The kubelet answered too late but did register us: it streams.
-      e.attempt_timed_out = false;
+    if (stats.open_streams > 0) {
+      // The kubelet streams from this server already (a Register that timed
+      // out but went through, or a stream that came after we gave up on it):
+      // registering again would leave it a second stream, and the first one's
+      // end would stop the new endpoint. This is the registration.
+      e.streams_at_attempt = stats.list_and_watch_streams - stats.open_streams;
       e.registered = true;
       e.kubelet = IdOf(kubelet);
       e.registrations++;
@@ -316,17 +320,19 @@ void PluginManager::TryRegister(Entry& e) {
       e.last_error.clear();
       e.retry_at.reset();
       e.backoff = options_.initial_backoff;
-      spdlog::info("plugin: resource={} the kubelet accepted the registration after its deadline", e.resource);
+      spdlog::info("plugin: resource={} the kubelet streams already; taking that as the registration",
+                   e.resource);
       return;
     }
-    if (!Exists(kubelet)) {
-      // inotify wakes us when the kubelet creates its socket; retry slowly meanwhile.
-      e.last_error = "kubelet socket " + kubelet + " does not exist";
-      e.retry_at = Clock::now() + options_.max_backoff;
-      return;
+    if (stats.last_stream_end && SettleFor(e).count() > 0) {
+      // A stream of this server ended lately: give the kubelet time to handle that.
+      const auto ready = *stats.last_stream_end + options_.stream_settle;
+      if (ready > Clock::now()) {
+        e.retry_at = ready;
+        return;
+      }
     }
     e.streams_at_attempt = stats.list_and_watch_streams;
-    e.attempt_timed_out = false;
     kubelet_id = IdOf(kubelet);
     req.set_version("v1beta1");
     req.set_endpoint(e.socket_name);
@@ -356,11 +362,11 @@ void PluginManager::TryRegister(Entry& e) {
     metrics::AgentMetrics().registration_failures.WithLabels({e.resource}).Inc();
     auto wait = e.backoff;
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      // The kubelet may still accept it and open the stream (it does so after
-      // answering): look for that stream before asking again.
-      e.attempt_timed_out = true;
+      // The kubelet may still accept it and open the stream (it does so
+      // after answering, and may take as long again): look for that stream
+      // before asking again.
       e.kubelet = kubelet_id;
-      wait = std::max(wait, options_.stream_settle);
+      wait = std::max({wait, options_.stream_settle, options_.register_timeout});
     }
     e.retry_at = Clock::now() + wait;
     spdlog::warn("plugin: resource={} Register failed ({}), retry in {} ms", e.resource, st.error_message(),
@@ -457,7 +463,8 @@ void PluginManager::Run() {
       const auto now = Clock::now();
       for (const auto& [name, e] : entries_) {
         if (!e->retry_at) continue;
-        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*e->retry_at - now).count();
+        // Rounded up: a wait rounded down to 0 would spin until the time came.
+        auto ms = std::chrono::ceil<std::chrono::milliseconds>(*e->retry_at - now).count();
         ms = std::max<int64_t>(ms, 0);
         timeout_ms = timeout_ms < 0 ? static_cast<int>(ms) : std::min(timeout_ms, static_cast<int>(ms));
       }

@@ -17,13 +17,16 @@
 // unhealthy and its endpoint stopped (the resource then leaves the node's
 // capacity after 5 minutes). So the manager never registers while such a
 // stream is open: it re-registers with the same kubelet only after the old
-// server (and stream) is gone, and `stream_settle` later, so the kubelet has
-// handled the end first; a kubelet that was restarted (kubelet.sock is a new
-// file) is registered with at once. A stream the kubelet ends on its own
-// while it keeps running (a broken connection) is noticed, and the resource
-// registers again after the same wait. An inotify overflow re-registers
-// only what may have changed. A Register that timed out is not repeated if
-// the kubelet opened the stream all the same.
+// server (and stream) is gone, and `stream_settle` after the last stream's
+// end, so the kubelet has handled it first; this holds for a resource that
+// is advertised again after a reload too. A kubelet that was restarted
+// (kubelet.sock is a new file) is registered with at once. A stream the
+// kubelet ends on its own while it keeps running (a broken connection), or
+// one that never comes within `register_timeout`, is noticed, and the
+// resource registers again after the same wait. A server the kubelet already
+// streams from is not registered again (a Register that timed out but went
+// through): that stream is the registration. An inotify overflow
+// re-registers only what may have changed.
 //
 // Thread-safety: all public methods may be called from any thread. Structural
 // work (serving, registering) is handed to the manager thread through an
@@ -46,6 +49,16 @@
 #include "deviceplugin/resource.h"
 
 namespace danqing::deviceplugin {
+
+// One file, not one path: a kubelet makes kubelet.sock afresh each start. The
+// modification time tells a new socket from an old one whose inode number the
+// file system gave out again.
+struct FileId {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileId&) const = default;
+};
 
 struct ManagerOptions {
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
@@ -127,6 +140,9 @@ class PluginManager {
   std::shared_ptr<const ResourceSet> current_;              // guarded by mu_
   bool started_ = false;                                    // guarded by mu_: thread_ runs
   bool cdi_written_ = false;                                // guarded by mu_: the spec matches current_
+  // Resources no longer advertised: the kubelet they were registered with,
+  // so one advertised again waits out the settle like a served-again one.
+  std::map<std::string, std::optional<FileId>> retired_;    // guarded by mu_
 };
 
 }  // namespace danqing::deviceplugin

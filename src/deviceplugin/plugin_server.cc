@@ -65,6 +65,7 @@ class PluginServer::Hub {
     std::atomic<uint64_t> allocate_calls{0}, allocate_errors{0}, preferred_calls{0}, streams{0},
         sends{0};
     std::atomic<uint64_t> open_streams{0};
+    std::atomic<int64_t> last_end_ns{0};  // steady clock, when a stream last ended; 0 = never
     const std::function<void()> on_stream_end;  // may be empty
   };
 
@@ -295,8 +296,10 @@ class Watcher {
       return;
     }
     Await(engine_);  // the kubelet opens a new stream on each registration
-    hub_->counters->streams++;
+    // Open first: stats() reads `streams` first, so whoever sees this stream
+    // counted sees it open too.
     hub_->counters->open_streams++;
+    hub_->counters->streams++;
     {
       std::lock_guard<std::mutex> l(mu_);
       started_ok_ = true;
@@ -330,6 +333,7 @@ class Watcher {
       counted = started_ok_;
     }
     if (counted) {
+      counters.last_end_ns = std::chrono::steady_clock::now().time_since_epoch().count();
       counters.open_streams--;
       if (counters.on_stream_end) counters.on_stream_end();
     }
@@ -601,8 +605,12 @@ bool PluginServer::serving() const { return server_ != nullptr; }
 
 ServerStats PluginServer::stats() const {
   const auto& c = *hub()->counters;
-  return {c.allocate_calls.load(), c.allocate_errors.load(), c.preferred_calls.load(), c.streams.load(),
-          c.sends.load(), c.open_streams.load()};
+  ServerStats s{c.allocate_calls.load(), c.allocate_errors.load(), c.preferred_calls.load(), c.streams.load(),
+                c.sends.load(), c.open_streams.load(), {}};
+  if (const int64_t ns = c.last_end_ns.load(); ns != 0) {
+    s.last_stream_end = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ns));
+  }
+  return s;
 }
 
 }  // namespace danqing::deviceplugin

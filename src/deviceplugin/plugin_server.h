@@ -17,9 +17,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -39,6 +41,7 @@ struct ServerStats {
   uint64_t list_and_watch_streams = 0;  // opened over the server's life
   uint64_t list_and_watch_sends = 0;
   uint64_t open_streams = 0;            // ListAndWatch streams open now
+  std::optional<std::chrono::steady_clock::time_point> last_stream_end;  // none: none has ended
 };
 
 class PluginServer {

@@ -13,12 +13,16 @@
 //     the plugin fail, and a real kubelet drops the resource from the node's
 //     capacity 5 minutes later unless the plugin registers again.
 //   * A second registration of the same resource makes a new endpoint but
-//     leaves the first one's stream open, as the kubelet (1.26 and later)
-//     does. Its messages still replace the device list, and when it ends the
-//     kubelet, which handles a stream's end by resource name, marks the
-//     resource unhealthy and stops the *new* endpoint (StaleStreamEnds
-//     counts these). A plugin must therefore end its old stream, and let the
-//     kubelet see that, before it registers again.
+//     leaves the first one's stream open, as the kubelet does. Its messages
+//     still replace the device list, and when it ends the kubelet, which
+//     handles a stream's end by resource name, marks the resource unhealthy
+//     and stops the *new* endpoint (StaleStreamEnds counts these). This is
+//     the kubelet whose plugin server keeps its clients by socket path
+//     (recent releases): the new registration's stream stays open, so the
+//     plugin cannot see the harm. Older kubelets (their plugin server keyed
+//     clients by resource name only) also close the new client's connection
+//     then, which a plugin does see. Either way a plugin must end its old
+//     stream, and let the kubelet handle that, before it registers again.
 //   * GetPreferredAllocation / Allocate / PreStartContainer are issued on demand
 //     by the test, one container request per RPC, as the kubelet does;
 //     GetPreferredAllocation and PreStartContainer only when the plugin's

@@ -266,7 +266,10 @@ void PluginManager::CheckStreams() {
     const ServerStats st = e->server->stats();
     const char* what = nullptr;
     if (st.list_and_watch_streams > e->streams_at_attempt) {
-      if (st.open_streams > 0) {
+      // The kubelet's stream is the first one opened after the Register
+      // began; streams of other clients (someone debugging) do not count.
+      const uint64_t kubelets = e->streams_at_attempt + 1;
+      if (std::binary_search(st.open_stream_ids.begin(), st.open_stream_ids.end(), kubelets)) {
         e->retry_at.reset();
         continue;
       }
@@ -306,12 +309,14 @@ void PluginManager::TryRegister(Entry& e) {
       return;
     }
     const ServerStats stats = e.server->stats();
-    if (stats.open_streams > 0) {
-      // The kubelet streams from this server already (a Register that timed
-      // out but went through, or a stream that came after we gave up on it):
-      // registering again would leave it a second stream, and the first one's
-      // end would stop the new endpoint. This is the registration.
-      e.streams_at_attempt = stats.list_and_watch_streams - stats.open_streams;
+    if (std::binary_search(stats.open_stream_ids.begin(), stats.open_stream_ids.end(),
+                           e.streams_at_attempt + 1)) {
+      // The first stream opened since the last Register began is open: the
+      // kubelet streams from this server already (a Register that timed out
+      // but went through, or a stream that came after we gave up on it).
+      // Registering again would leave it a second stream, and the first
+      // one's end would stop the new endpoint. That stream is the
+      // registration's.
       e.registered = true;
       e.kubelet = IdOf(kubelet);
       e.registrations++;

@@ -62,10 +62,12 @@ class PluginServer::Hub {
  public:
   struct Counters {
     explicit Counters(std::function<void()> stream_ended) : on_stream_end(std::move(stream_ended)) {}
-    std::atomic<uint64_t> allocate_calls{0}, allocate_errors{0}, preferred_calls{0}, streams{0},
-        sends{0};
-    std::atomic<uint64_t> open_streams{0};
-    std::atomic<int64_t> last_end_ns{0};  // steady clock, when a stream last ended; 0 = never
+    std::atomic<uint64_t> allocate_calls{0}, allocate_errors{0}, preferred_calls{0}, sends{0};
+    // Streams, numbered 1, 2, ... in the order they opened; read together.
+    std::mutex streams_mu;
+    uint64_t streams = 0;                                    // guarded by streams_mu
+    std::set<uint64_t> open_ids;                             // guarded by streams_mu
+    std::optional<std::chrono::steady_clock::time_point> last_end;  // guarded by streams_mu
     const std::function<void()> on_stream_end;  // may be empty
   };
 
@@ -296,10 +298,12 @@ class Watcher {
       return;
     }
     Await(engine_);  // the kubelet opens a new stream on each registration
-    // Open first: stats() reads `streams` first, so whoever sees this stream
-    // counted sees it open too.
-    hub_->counters->open_streams++;
-    hub_->counters->streams++;
+    {
+      auto& c = *hub_->counters;
+      std::lock_guard<std::mutex> l(c.streams_mu);
+      id_ = ++c.streams;
+      c.open_ids.insert(id_);
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       started_ok_ = true;
@@ -333,8 +337,11 @@ class Watcher {
       counted = started_ok_;
     }
     if (counted) {
-      counters.last_end_ns = std::chrono::steady_clock::now().time_since_epoch().count();
-      counters.open_streams--;
+      {
+        std::lock_guard<std::mutex> l(counters.streams_mu);
+        counters.open_ids.erase(id_);
+        counters.last_end = std::chrono::steady_clock::now();
+      }
       if (counters.on_stream_end) counters.on_stream_end();
     }
     {
@@ -386,6 +393,7 @@ class Watcher {
   bool call_done_ = false;    // guarded by mu_
   grpc::Status status_ = grpc::Status::OK;  // the Finish status; guarded by mu_
   uint64_t sent_version_ = 0;                // guarded by mu_
+  uint64_t id_ = 0;                          // the stream's number, set when it starts
 };
 
 grpc::Status ToGrpc(const Status& st) {
@@ -604,12 +612,17 @@ std::shared_ptr<PluginServer::Hub> PluginServer::hub() const {
 bool PluginServer::serving() const { return server_ != nullptr; }
 
 ServerStats PluginServer::stats() const {
-  const auto& c = *hub()->counters;
-  ServerStats s{c.allocate_calls.load(), c.allocate_errors.load(), c.preferred_calls.load(), c.streams.load(),
-                c.sends.load(), c.open_streams.load(), {}};
-  if (const int64_t ns = c.last_end_ns.load(); ns != 0) {
-    s.last_stream_end = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ns));
-  }
+  auto& c = *hub()->counters;
+  ServerStats s;
+  s.allocate_calls = c.allocate_calls.load();
+  s.allocate_errors = c.allocate_errors.load();
+  s.preferred_calls = c.preferred_calls.load();
+  s.list_and_watch_sends = c.sends.load();
+  std::lock_guard<std::mutex> l(c.streams_mu);
+  s.list_and_watch_streams = c.streams;
+  s.open_streams = c.open_ids.size();
+  s.open_stream_ids.assign(c.open_ids.begin(), c.open_ids.end());
+  s.last_stream_end = c.last_end;
   return s;
 }
 

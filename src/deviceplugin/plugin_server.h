@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "deviceplugin/allocate.h"
@@ -38,9 +39,10 @@ struct ServerStats {
   uint64_t allocate_calls = 0;
   uint64_t allocate_errors = 0;
   uint64_t preferred_calls = 0;
-  uint64_t list_and_watch_streams = 0;  // opened over the server's life
+  uint64_t list_and_watch_streams = 0;  // opened over the server's life, numbered from 1
   uint64_t list_and_watch_sends = 0;
   uint64_t open_streams = 0;            // ListAndWatch streams open now
+  std::vector<uint64_t> open_stream_ids;  // their numbers, ascending
   std::optional<std::chrono::steady_clock::time_point> last_stream_end;  // none: none has ended
 };
 

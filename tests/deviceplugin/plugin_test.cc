@@ -360,6 +360,38 @@ TEST_F(PluginTest, AStreamTheKubeletEndsIsFollowedByANewRegistration) {
   EXPECT_TRUE(r.status.ok()) << r.status.error_message();
 }
 
+// Another client (an operator debugging) holds a ListAndWatch stream on the
+// plugin's socket when the kubelet's stream breaks: the plugin still sees
+// that the kubelet's own stream is gone and registers again.
+TEST_F(PluginTest, AnotherClientsStreamDoesNotHideTheKubeletsLostStream) {
+  LoadNode("t4-1x");
+  StartKubelet();
+  ManagerOptions opts;
+  opts.stream_settle = 500ms;
+  StartPlugin(opts);
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  ASSERT_TRUE(WaitForPluginStreams(1));
+  auto channel = grpc::CreateChannel("unix://" + manager_->Statuses().at(0).socket_path,
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::DevicePlugin::NewStub(channel);
+  grpc::ClientContext debug;
+  auto reader = stub->ListAndWatch(&debug, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse first;
+  ASSERT_TRUE(reader->Read(&first));
+  ASSERT_TRUE(WaitForPluginStreams(2));
+
+  ASSERT_TRUE(kubelet_->BreakStream(kGpu).ok());
+  EXPECT_TRUE(kubelet_->WaitForRegistrationCount(kGpu, 2, 5s)) << "the other client's stream hid the loss";
+  ASSERT_TRUE(kubelet_->WaitForOpenStreams(kGpu, 1, 5s));
+  EXPECT_FALSE(kubelet_->EndpointStopTime(kGpu).has_value());
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
+  debug.TryCancel();
+  v1beta1::ListAndWatchResponse rest;
+  while (reader->Read(&rest)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
 // The kubelet drops the stream as soon as it has accepted the registration,
 // often before the plugin's server has even seen the call: whether the
 // plugin sees a stream end or no stream at all, it registers again.

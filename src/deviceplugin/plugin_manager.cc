@@ -246,11 +246,25 @@ void PluginManager::Serve(Entry& e) {
   e.retry_at = Clock::now() + SettleFor(e);
 }
 
+std::string PluginManager::KubeletSocket() const { return options_.plugin_dir + "/" + options_.kubelet_socket_name; }
+
+std::optional<FileId> PluginManager::KubeletId() const { return IdOf(KubeletSocket()); }
+
 // Caller holds mu_.
 std::chrono::milliseconds PluginManager::SettleFor(const Entry& e) const {
   if (!e.kubelet) return std::chrono::milliseconds(0);
-  const auto now = IdOf(options_.plugin_dir + "/" + options_.kubelet_socket_name);
-  return now == e.kubelet ? options_.stream_settle : std::chrono::milliseconds(0);
+  return KubeletId() == e.kubelet ? options_.stream_settle : std::chrono::milliseconds(0);
+}
+
+// Caller holds mu_. The bookkeeping of a registration the kubelet accepted.
+void PluginManager::MarkRegistered(Entry& e, const std::optional<FileId>& kubelet) {
+  e.registered = true;
+  e.kubelet = kubelet;
+  e.registrations++;
+  metrics::AgentMetrics().registrations.WithLabels({e.resource}).Inc();
+  e.last_registered = Clock::now();
+  e.last_error.clear();
+  e.backoff = options_.initial_backoff;
 }
 
 // Caller holds mu_. A registered resource whose stream the kubelet opened
@@ -292,7 +306,7 @@ void PluginManager::CheckStreams() {
 
 // Caller holds no lock.
 void PluginManager::TryRegister(Entry& e) {
-  const std::string kubelet = options_.plugin_dir + "/" + options_.kubelet_socket_name;
+  const std::string kubelet = KubeletSocket();
   v1beta1::RegisterRequest req;
   std::optional<FileId> kubelet_id;
   {
@@ -302,7 +316,8 @@ void PluginManager::TryRegister(Entry& e) {
       // Not served, or served but with a settle to wait out first.
       if (!e.server || (e.retry_at && *e.retry_at > Clock::now())) return;
     }
-    if (!Exists(kubelet)) {
+    kubelet_id = IdOf(kubelet);
+    if (!kubelet_id) {
       // inotify wakes us when the kubelet creates its socket; retry slowly meanwhile.
       e.last_error = "kubelet socket " + kubelet + " does not exist";
       e.retry_at = Clock::now() + options_.max_backoff;
@@ -317,14 +332,8 @@ void PluginManager::TryRegister(Entry& e) {
       // Registering again would leave it a second stream, and the first
       // one's end would stop the new endpoint. That stream is the
       // registration's.
-      e.registered = true;
-      e.kubelet = IdOf(kubelet);
-      e.registrations++;
-      metrics::AgentMetrics().registrations.WithLabels({e.resource}).Inc();
-      e.last_registered = Clock::now();
-      e.last_error.clear();
+      MarkRegistered(e, kubelet_id);
       e.retry_at.reset();
-      e.backoff = options_.initial_backoff;
       spdlog::info("plugin: resource={} the kubelet streams already; taking that as the registration",
                    e.resource);
       return;
@@ -338,7 +347,6 @@ void PluginManager::TryRegister(Entry& e) {
       }
     }
     e.streams_at_attempt = stats.list_and_watch_streams;
-    kubelet_id = IdOf(kubelet);
     req.set_version("v1beta1");
     req.set_endpoint(e.socket_name);
     req.set_resource_name(e.resource);
@@ -353,14 +361,8 @@ void PluginManager::TryRegister(Entry& e) {
 
   std::lock_guard<std::mutex> l(mu_);
   if (st.ok()) {
-    e.registered = true;
-    e.kubelet = kubelet_id;
-    e.registrations++;
-    metrics::AgentMetrics().registrations.WithLabels({e.resource}).Inc();
-    e.last_registered = Clock::now();
-    e.last_error.clear();
+    MarkRegistered(e, kubelet_id);
     e.retry_at = *e.last_registered + options_.register_timeout;  // CheckStreams: has the stream come?
-    e.backoff = options_.initial_backoff;
     spdlog::info("plugin: resource={} registered with the kubelet (endpoint {})", e.resource, e.socket_name);
   } else {
     e.last_error = "Register: " + st.error_message();
@@ -383,7 +385,7 @@ void PluginManager::TryRegister(Entry& e) {
 // Caller holds mu_. A kubelet started: register with it every resource not
 // registered with it yet (one may have been, between its start and now).
 void PluginManager::RegisterAllNow() {
-  const auto kubelet = IdOf(options_.plugin_dir + "/" + options_.kubelet_socket_name);
+  const auto kubelet = KubeletId();
   for (auto& [name, e] : entries_) {
     if (e->registered && kubelet && e->kubelet == kubelet) continue;
     e->registered = false;
@@ -407,7 +409,7 @@ void PluginManager::HandleInotify() {
         // registration with the kubelet still there stands (CheckStreams
         // watches its stream), and one already scheduled keeps its time.
         spdlog::warn("plugin: inotify queue overflow; re-checking every socket");
-        const auto kubelet = IdOf(options_.plugin_dir + "/" + options_.kubelet_socket_name);
+        const auto kubelet = KubeletId();
         for (auto& [name, e] : entries_) {
           if (!Exists(e->socket_path)) {
             Serve(*e);

@@ -125,6 +125,9 @@ class PluginManager {
   void HandleInotify();
   void CheckStreams();
   std::chrono::milliseconds SettleFor(const Entry& e) const;
+  void MarkRegistered(Entry& e, const std::optional<FileId>& kubelet);
+  std::string KubeletSocket() const;       // <plugin_dir>/kubelet.sock
+  std::optional<FileId> KubeletId() const;  // that file now; none if absent
   void WriteCdi(const ResourceSet& set);
 
   const ManagerOptions options_;

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -94,15 +95,24 @@ class PluginTest : public ::testing::Test {
         5s);
   }
 
-  // Waits until the plugin's servers have `n` ListAndWatch streams open in all.
-  bool WaitForPluginStreams(uint64_t n) {
-    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
-      uint64_t open = 0;
-      for (const auto& st : manager_->Statuses()) open += st.stats.open_streams;
-      if (open == n) return true;
+  // Waits until `holds` is true of the manager's statuses (the manager has
+  // no wait of its own: polled every 5 ms).
+  bool WaitForStatuses(const std::function<bool(const std::vector<ResourceStatus>&)>& holds,
+                       std::chrono::milliseconds timeout = 5s) {
+    for (auto deadline = std::chrono::steady_clock::now() + timeout;;) {
+      if (holds(manager_->Statuses())) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
       std::this_thread::sleep_for(5ms);
     }
-    return false;
+  }
+
+  // Waits until the plugin's servers have `n` ListAndWatch streams open in all.
+  bool WaitForPluginStreams(uint64_t n) {
+    return WaitForStatuses([n](const std::vector<ResourceStatus>& statuses) {
+      uint64_t open = 0;
+      for (const auto& st : statuses) open += st.stats.open_streams;
+      return open == n;
+    });
   }
 
   std::string dir_;
@@ -427,12 +437,8 @@ TEST_F(PluginTest, ARegisterThatTimedOutButStreamsIsNotRepeated) {
   StartPlugin(opts);
   ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
   ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
-  bool registered = false;
-  for (int i = 0; i < 500 && !registered; ++i) {
-    registered = manager_->Statuses().at(0).registered;
-    if (!registered) std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_TRUE(registered) << manager_->Statuses().at(0).last_error;
+  EXPECT_TRUE(WaitForStatuses([](const auto& statuses) { return statuses.at(0).registered; }))
+      << manager_->Statuses().at(0).last_error;
   // Past the reply delay and a retry's backoff: still the one Register.
   EXPECT_FALSE(kubelet_->WaitForRegistrationCount(kGpu, 2, 2s));
   EXPECT_EQ(kubelet_->RegisterCalls(), 1);
@@ -483,15 +489,13 @@ TEST_F(PluginTest, AnInotifyOverflowDoesNotRegisterAStandingRegistrationAgain) {
   kubelet_->SetRegisterReplyDelay(0ms);
   // The kubelet counts the registration before it answers; the plugin, when
   // the answer comes. The overflow is handled right after that.
-  bool answered = false;
-  for (auto deadline = std::chrono::steady_clock::now() + 10s;
-       !answered && std::chrono::steady_clock::now() < deadline;) {
-    for (const auto& st : manager_->Statuses()) {
-      if (st.resource == shared) answered = st.registered && st.registrations == 2;
-    }
-    if (!answered) std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_TRUE(answered);
+  ASSERT_TRUE(WaitForStatuses(
+      [&](const std::vector<ResourceStatus>& statuses) {
+        return std::any_of(statuses.begin(), statuses.end(), [&](const ResourceStatus& st) {
+          return st.resource == shared && st.registered && st.registrations == 2;
+        });
+      },
+      10s));
   EXPECT_FALSE(kubelet_->WaitForRegistrationCount(kGpu, 2, 1s))
       << "a registration whose kubelet, socket and stream were all still there was repeated";
   EXPECT_EQ(kubelet_->OpenStreams(kGpu), 1);

@@ -1,18 +1,17 @@
 // PluginServer on its own: a real gRPC server on a unix socket, driven by
 // plain gRPC clients (no kubelet emulator, no manager).
+#include "deviceplugin/plugin_server.h"
+
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
 #include <random>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
-#include "deviceplugin/plugin_server.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "testing/support/temp_dir.h"
 
 namespace danqing::deviceplugin {
 namespace {
@@ -41,20 +40,16 @@ std::shared_ptr<const ResourceSet> Set(int devices, bool healthy) {
 class PluginServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int n = 0;
-    dir_ = "/tmp/dqps-" + std::to_string(getpid()) + "-" + std::to_string(n++);
-    std::filesystem::create_directories(dir_);
-    socket_ = dir_ + "/danqing-nvidia.com-gpu.sock";
+    ASSERT_FALSE(dir_.path().empty()) << "cannot make a directory under /tmp";
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::unique_ptr<v1beta1::DevicePlugin::Stub> Stub() const {
     return v1beta1::DevicePlugin::NewStub(
         grpc::CreateChannel("unix://" + socket_, grpc::InsecureChannelCredentials()));
   }
 
-  std::string dir_;
-  std::string socket_;
+  danqing::testing::TempDir dir_;
+  const std::string socket_ = dir_.path() + "/" + SocketNameFor(kGpu);
 };
 
 // Shutdown races calls that are arriving, streams that open and cancel, and
@@ -106,7 +101,9 @@ TEST_F(PluginServerTest, ShutdownWhileCallsStreamsAndUpdatesArriveIsClean) {
       flowing = answered.load() > 0 && read.load() > 0;
       if (!flowing) std::this_thread::sleep_for(5ms);
     }
-    if (flowing) std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 5000)(rng)));
+    if (flowing)
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(std::uniform_int_distribution<int>(0, 5000)(rng)));
     server.Shutdown();
     const bool serving = server.serving();
     const uint64_t open = server.stats().open_streams;
@@ -116,7 +113,8 @@ TEST_F(PluginServerTest, ShutdownWhileCallsStreamsAndUpdatesArriveIsClean) {
     EXPECT_FALSE(serving) << "round " << round;
     EXPECT_EQ(open, 0u) << "round " << round;
     struct stat st {};
-    EXPECT_NE(::stat(socket_.c_str(), &st), 0) << "Shutdown removes the socket (round " << round << ")";
+    EXPECT_NE(::stat(socket_.c_str(), &st), 0)
+        << "Shutdown removes the socket (round " << round << ")";
   }
 }
 

@@ -31,6 +31,12 @@ class EventStream {
 
   // Devices that could not be subscribed (lost, or events unsupported).
   virtual const std::vector<DeviceError>& errors() const = 0;
+
+  // Tries again to subscribe the devices in errors() whose failure may pass
+  // (a GPU lost at subscription that answers again); not those whose events
+  // are unsupported. Those subscribed now leave errors(). Returns how many.
+  // Call it on the thread that calls Wait.
+  virtual size_t RetryErrors() = 0;
 };
 
 class GpuBackend {

@@ -141,6 +141,23 @@ class SensorReader {
   Status lost_;
 };
 
+// Registers `dev` on `set` for the watched events it supports; why not, if it
+// cannot be.
+Status RegisterForEvents(const NvmlSession& s, nvmlEventSet_t set, nvmlDevice_t dev,
+                         const std::string& uuid) {
+  const auto& api = s.api();
+  unsigned long long supported = kWatchedEvents;
+  if (api.DeviceGetSupportedEventTypes != nullptr) {
+    if (nvmlReturn_t r = api.DeviceGetSupportedEventTypes(dev, &supported); r != NVML_SUCCESS) {
+      return s.Check(r, "nvmlDeviceGetSupportedEventTypes on " + uuid);
+    }
+  }
+  if (nvmlReturn_t r = api.DeviceRegisterEvents(dev, supported & kWatchedEvents, set); r != NVML_SUCCESS) {
+    return s.Check(r, "nvmlDeviceRegisterEvents on " + uuid);
+  }
+  return Status::Ok();
+}
+
 class NvmlEventStream final : public EventStream {
  public:
   NvmlEventStream(std::shared_ptr<NvmlSession> session, nvmlEventSet_t set,
@@ -177,6 +194,37 @@ class NvmlEventStream final : public EventStream {
   }
 
   const std::vector<DeviceError>& errors() const override { return errors_; }
+
+  size_t RetryErrors() override {
+    const auto& api = session_->api();
+    size_t added = 0;
+    for (auto it = errors_.begin(); it != errors_.end();) {
+      if (it->uuid.empty() || it->status.code() == StatusCode::kNotSupported) {
+        ++it;  // nothing to look up, or no events from this GPU whatever happens
+        continue;
+      }
+      // By UUID afresh, not from a cache: the GPU may have come back under a
+      // new handle.
+      nvmlDevice_t dev = nullptr;
+      Status st;
+      if (api.DeviceGetHandleByUUID == nullptr) {
+        st = Status(StatusCode::kNotSupported, "NVML library has no nvmlDeviceGetHandleByUUID");
+      } else if (nvmlReturn_t r = api.DeviceGetHandleByUUID(it->uuid.c_str(), &dev); r != NVML_SUCCESS) {
+        st = session_->Check(r, "nvmlDeviceGetHandleByUUID(" + it->uuid + ")");
+      } else {
+        st = RegisterForEvents(*session_, set_, dev, it->uuid);
+      }
+      if (!st.ok()) {
+        it->status = std::move(st);
+        ++it;
+        continue;
+      }
+      uuids_[dev] = it->uuid;
+      it = errors_.erase(it);
+      ++added;
+    }
+    return added;
+  }
 
  private:
   std::shared_ptr<NvmlSession> session_;
@@ -749,16 +797,8 @@ Result<std::unique_ptr<EventStream>> NvmlBackend::WatchEvents(
       errors.push_back({-1, uuid, h.status()});
       continue;
     }
-    unsigned long long supported = kWatchedEvents;
-    if (api.DeviceGetSupportedEventTypes != nullptr) {
-      if (nvmlReturn_t r = api.DeviceGetSupportedEventTypes(*h, &supported); r != NVML_SUCCESS) {
-        errors.push_back({-1, uuid, s.Check(r, "nvmlDeviceGetSupportedEventTypes on " + uuid)});
-        continue;
-      }
-    }
-    if (nvmlReturn_t r = api.DeviceRegisterEvents(*h, supported & kWatchedEvents, set);
-        r != NVML_SUCCESS) {
-      errors.push_back({-1, uuid, s.Check(r, "nvmlDeviceRegisterEvents on " + uuid)});
+    if (Status st = RegisterForEvents(s, set, *h, uuid); !st.ok()) {
+      errors.push_back({-1, uuid, std::move(st)});
       continue;
     }
     by_handle[*h] = uuid;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <string>
 
 namespace danqing::health {
 namespace {
@@ -92,14 +93,19 @@ std::unique_ptr<gpu::EventStream> Checker::Subscribe() {
     return nullptr;
   }
   for (const auto& e : (*s)->errors()) {
-    spdlog::warn("health: no events from GPU {} {}: {}", e.index, e.uuid, e.status.ToString());
+    spdlog::warn("health: no events from GPU {}: {}", e.uuid.empty() ? std::to_string(e.index) : e.uuid,
+                 e.status.ToString());
   }
   CatchUpMigChanges();
   return std::move(s).value();
 }
 
 void Checker::EventsLoop(std::unique_ptr<gpu::EventStream> stream) {
-  auto pause = std::chrono::seconds(10);  // before subscribing again after a failed subscription
+  using std::chrono::seconds;
+  // Before subscribing again when there is no stream (a failed subscription).
+  Clock::duration pause = seconds(10);
+  int broken = 0;  // streams in a row that failed before a Wait succeeded
+  auto next_retry = Clock::now() + options_.event_retry_interval;
   while (!stop_) {
     if (!stream) {
       {
@@ -107,15 +113,40 @@ void Checker::EventsLoop(std::unique_ptr<gpu::EventStream> stream) {
         if (stop_cv_.wait_for(lock, pause, [this] { return stop_.load(); })) return;
       }
       stream = Subscribe();
-      pause = std::chrono::seconds(10);
+      pause = seconds(10);
       continue;
     }
     auto ev = stream->Wait(std::chrono::milliseconds(200));
     if (!ev.ok()) {
-      spdlog::warn("health: device event stream failed ({}); resubscribing", ev.status().ToString());
-      stream.reset();
-      pause = std::chrono::seconds(1);
+      // A GPU on the set fell off the bus (NVML then fails every wait on
+      // it), or the library failed. The first time, subscribe again at once,
+      // the new set before the old one is freed, so the other GPUs' events
+      // keep coming; a stream that breaks again and again is given a pause
+      // that doubles up to 30 s, each subscription being a discovery too.
+      ++broken;
+      if (broken == 1) {
+        spdlog::warn("health: device event stream failed ({}); subscribing again", ev.status().ToString());
+        stream = Subscribe();
+        pause = seconds(1);
+      } else {
+        pause = std::min<Clock::duration>(seconds(1) * (1 << std::min(broken - 2, 5)), seconds(30));
+        spdlog::warn("health: device event stream failed again ({}); subscribing again in {} s",
+                     ev.status().ToString(), std::chrono::duration_cast<seconds>(pause).count());
+        stream.reset();
+      }
       continue;
+    }
+    broken = 0;
+    // GPUs left out of the subscription because they were lost: subscribe
+    // each once it answers again, so its XIDs are seen after it healed.
+    if (const auto now = Clock::now(); now >= next_retry) {
+      next_retry = now + options_.event_retry_interval;
+      if (!stream->errors().empty()) {
+        if (const size_t n = stream->RetryErrors(); n > 0) {
+          spdlog::info("health: events from {} more GPU(s) watched again ({} still not)", n,
+                       stream->errors().size());
+        }
+      }
     }
     if (!ev->has_value()) continue;
     const gpu::GpuEvent& event = **ev;

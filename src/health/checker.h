@@ -34,6 +34,9 @@ namespace danqing::health {
 struct CheckerOptions {
   MonitorOptions monitor;
   Clock::duration poll_interval = std::chrono::seconds(1);
+  // How often GPUs that could not be subscribed to events (lost at the
+  // time) are tried again.
+  Clock::duration event_retry_interval = std::chrono::seconds(2);
   // Called on the events thread after an NVML event changed health, with the
   // time from the event leaving NVML to `publish` returning (the agent's own
   // share of event-to-ListAndWatch latency). May be empty.
@@ -56,7 +59,10 @@ class Checker {
   // Tracks `inventory`, subscribes to the backend's events and starts both
   // threads: an event raised after Start returns is seen. Without an event
   // stream (events unsupported, library too old) it logs why, keeps polling
-  // and tries to subscribe again every 10 s.
+  // and tries to subscribe again every 10 s. A stream that fails (a GPU fell
+  // off the bus) is replaced at once, then with a pause that doubles up to
+  // 30 s while it keeps failing; GPUs left out because they were lost are
+  // subscribed again every event_retry_interval once they answer.
   void Start(const gpu::NodeInventory& inventory);
 
   // After a rediscovery: tracks the new devices (conditions of devices that

@@ -187,6 +187,7 @@ json cmd_lost(State& state, const json& command) {
     event.data = *xid;
     state.queue_event(event);
   }
+  if (lost && !was_lost) state.wake_event_sets();  // their sets now answer GPU_IS_LOST
   return ok();
 }
 

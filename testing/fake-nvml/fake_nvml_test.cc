@@ -1143,6 +1143,47 @@ TEST(FakeNvmlControl, LostGpuFailsWhileOthersWork) {
   EXPECT_EQ(n.nvmlEventSetFree(set), NVML_SUCCESS);
 }
 
+TEST(FakeNvmlControl, EventWaitOnASetWithALostGpuFailsAfterItsQueuedEvents) {
+  const std::string socket = temp_path(".sock");
+  Session session(profile("a100-8x-nvswitch.json"), socket);
+  ASSERT_EQ(session.rc(), NVML_SUCCESS);
+  Library& n = lib();
+  nvmlEventSet_t with_lost = nullptr, without = nullptr;
+  ASSERT_EQ(n.nvmlEventSetCreate(&with_lost), NVML_SUCCESS);
+  ASSERT_EQ(n.nvmlEventSetCreate(&without), NVML_SUCCESS);
+  ASSERT_EQ(n.nvmlDeviceRegisterEvents(device(0), nvmlEventTypeXidCriticalError, with_lost), NVML_SUCCESS);
+  const nvmlDevice_t gpu1 = device(1);
+  ASSERT_EQ(n.nvmlDeviceRegisterEvents(gpu1, nvmlEventTypeXidCriticalError, with_lost), NVML_SUCCESS);
+  ASSERT_EQ(n.nvmlDeviceRegisterEvents(device(0), nvmlEventTypeXidCriticalError, without), NVML_SUCCESS);
+
+  // A waiter blocked on the set is woken by the loss itself (no XID queued).
+  auto waiter = std::async(std::launch::async, [&n, with_lost] {
+    nvmlEventData_t data{};
+    return n.nvmlEventSetWait_v2(with_lost, &data, 60000);
+  });
+  ControlClient control(socket);
+  control.ok({{"cmd", "lost"}, {"gpu", 1}, {"xid", false}});
+  EXPECT_EQ(waiter.get(), NVML_ERROR_GPU_IS_LOST);
+  // Events queued meanwhile still come first, then the loss again.
+  control.ok({{"cmd", "xid"}, {"gpu", 0}, {"xid", 62}});
+  nvmlEventData_t data{};
+  ASSERT_EQ(n.nvmlEventSetWait_v2(with_lost, &data, 1000), NVML_SUCCESS);
+  EXPECT_EQ(data.eventData, 62U);
+  EXPECT_EQ(n.nvmlEventSetWait_v2(with_lost, &data, 1000), NVML_ERROR_GPU_IS_LOST);
+  // A set without the lost GPU is not affected.
+  ASSERT_EQ(n.nvmlEventSetWait_v2(without, &data, 1000), NVML_SUCCESS);
+  EXPECT_EQ(data.eventData, 62U);
+  EXPECT_EQ(n.nvmlEventSetWait_v2(without, &data, 0), NVML_ERROR_TIMEOUT);
+  // The lost GPU cannot join a set; once back, it can, and the old set waits again.
+  nvmlEventSet_t fresh = nullptr;
+  ASSERT_EQ(n.nvmlEventSetCreate(&fresh), NVML_SUCCESS);
+  EXPECT_EQ(n.nvmlDeviceRegisterEvents(gpu1, nvmlEventTypeXidCriticalError, fresh), NVML_ERROR_GPU_IS_LOST);
+  control.ok({{"cmd", "lost"}, {"gpu", 1}, {"lost", false}});
+  EXPECT_EQ(n.nvmlDeviceRegisterEvents(gpu1, nvmlEventTypeXidCriticalError, fresh), NVML_SUCCESS);
+  EXPECT_EQ(n.nvmlEventSetWait_v2(with_lost, &data, 0), NVML_ERROR_TIMEOUT);
+  for (nvmlEventSet_t s : {with_lost, without, fresh}) EXPECT_EQ(n.nvmlEventSetFree(s), NVML_SUCCESS);
+}
+
 TEST(FakeNvmlControl, SensorsAndInjectedFailures) {
   const std::string socket = temp_path(".sock");
   Session session(profile("a100-8x-nvswitch.json"), socket);

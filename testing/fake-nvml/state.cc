@@ -278,6 +278,10 @@ void State::free_event_set(nvmlEventSet_t set) {
   event_sets_.erase(it);
 }
 
+void State::wake_event_sets() {
+  for (auto& [key, set] : event_sets_) set->ready.notify_all();
+}
+
 void State::queue_event(const QueuedEvent& event) {
   for (auto& [key, set] : event_sets_) {
     const auto mask = set->masks.find(event.gpu);
@@ -291,9 +295,17 @@ void State::queue_event(const QueuedEvent& event) {
 nvmlReturn_t State::wait_event(std::unique_lock<std::mutex>& held, const std::shared_ptr<nvmlEventSet_st>& set,
                                unsigned timeout_ms, QueuedEvent& out) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  set->ready.wait_until(held, deadline, [&set] { return set->closed || !set->queue.empty(); });
+  // Like the real library, a set one of whose GPUs fell off the bus answers
+  // GPU_IS_LOST, once the events queued before are taken.
+  const auto lost = [this, &set] {
+    for (const auto& [gpu, mask] : set->masks) {
+      if (gpu < node_->gpus.size() && node_->gpus[gpu].lost) return true;
+    }
+    return false;
+  };
+  set->ready.wait_until(held, deadline, [&] { return set->closed || !set->queue.empty() || lost(); });
   if (set->closed) return refcount_ == 0 ? NVML_ERROR_UNINITIALIZED : NVML_ERROR_INVALID_ARGUMENT;
-  if (set->queue.empty()) return NVML_ERROR_TIMEOUT;
+  if (set->queue.empty()) return lost() ? NVML_ERROR_GPU_IS_LOST : NVML_ERROR_TIMEOUT;
   out = set->queue.front();
   set->queue.pop_front();
   return NVML_SUCCESS;

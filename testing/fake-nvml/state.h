@@ -145,10 +145,14 @@ class State {
   // Queues an event for every set registered for `type` on `event.gpu` and
   // wakes their waiters.
   void queue_event(const QueuedEvent& event);
+  // Wakes every waiter to look at its set again (a GPU was lost).
+  void wake_event_sets();
   // Blocks (releasing `held`, which must hold the state mutex) until `set` has
-  // an event, is closed, or `timeout_ms` passes. Returns SUCCESS with `out`
-  // filled, TIMEOUT, or UNINITIALIZED/INVALID_ARGUMENT when the library shut
-  // down or the set was freed while waiting.
+  // an event, is closed, one of its GPUs is lost, or `timeout_ms` passes.
+  // Returns SUCCESS with `out` filled, GPU_IS_LOST when no event is queued and
+  // a GPU registered on the set is lost, TIMEOUT, or
+  // UNINITIALIZED/INVALID_ARGUMENT when the library shut down or the set was
+  // freed while waiting.
   nvmlReturn_t wait_event(std::unique_lock<std::mutex>& held, const std::shared_ptr<nvmlEventSet_st>& set,
                           unsigned timeout_ms, QueuedEvent& out);
 

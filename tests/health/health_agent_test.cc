@@ -318,6 +318,35 @@ TEST_F(HealthAgentTest, PolledConditionsMarkWithinAPollAndClear) {
   }
 }
 
+TEST_F(HealthAgentTest, EventsKeepComingAfterAGpuFellOffTheBusAndFromItOnceItIsBack) {
+  FakeNode node("a100-8x-nvswitch");
+  StartAgent(Config());
+  const std::string gpu0 = GpuUuid(node, 0), gpu4 = GpuUuid(node, 4);
+  // NVML drops an event of a GPU no event set holds: an XID is sent again
+  // until it is seen (or 5 s pass).
+  auto xid_until_sick = [&](int gpu, const std::vector<std::string>& sick) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      node.Control(R"({"cmd":"xid","gpu":)" + std::to_string(gpu) + R"(,"xid":62})");
+      if (WaitSick(kGpu, sick, 200ms)) return true;
+    }
+    return false;
+  };
+
+  // GPU 4 falls off the bus without an XID: every wait on the event set that
+  // holds it now fails. The poll thread marks it; the events thread replaces
+  // the set, so the other GPUs' XIDs still arrive.
+  node.Control(R"({"cmd":"lost","gpu":4,"xid":false})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu4}));
+  ASSERT_TRUE(xid_until_sick(0, {gpu0, gpu4})) << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
+
+  // GPU 4 answers again: healthy by the next poll, and subscribed to events
+  // again, so an XID from it is seen.
+  node.Control(R"({"cmd":"lost","gpu":4,"lost":false})");
+  ASSERT_TRUE(WaitSick(kGpu, {}));  // GPU 0's XID is past its 600 ms quiet period too
+  EXPECT_TRUE(xid_until_sick(4, {gpu4})) << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
+}
+
 TEST_F(HealthAgentTest, RowRemappingNeedsAReset) {
   FakeNode node("a100-8x-nvswitch");  // Ampere: row remapping, no page retirement
   StartAgent(Config());

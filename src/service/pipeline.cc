@@ -1,5 +1,7 @@
 #include "service/pipeline.h"
 
+#include "render/renderer.h"
+
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -94,6 +96,11 @@ Status Pipeline::Validate(const InscribeOptions& o) const {
   const int max = limits_.max_canvas_side;
   if (o.width < 256 || o.width > max || o.height < 256 || o.height > max) {
     return InvalidArgument("width and height must be between 256 and " + std::to_string(max));
+  }
+  // The renderer's own cap on the area, checked before any work is queued.
+  if (static_cast<int64_t>(o.width) * o.height > render::kMaxPixels) {
+    return InvalidArgument("width x height must be at most " + std::to_string(render::kMaxPixels) +
+                           " pixels (7680x4320)");
   }
   static const std::set<std::string> kStyles = {"kai", "xing", "cao"};
   static const std::set<std::string> kBackgrounds = {"landscape", "paper", "photo"};

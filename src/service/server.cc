@@ -3,6 +3,9 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
+#include <charconv>
 #include <condition_variable>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -12,6 +15,7 @@
 
 #include "common/cpus.h"
 #include "service/assets.h"
+#include "service/bounded_server.h"
 
 namespace danqing::service {
 namespace {
@@ -36,7 +40,83 @@ std::string RouteOf(const std::string& path) {
 
 void Error(httplib::Response& res, int code, const std::string& message) {
   res.status = code;
-  res.set_content(json{{"error", message}, {"status", code}}.dump(), "application/json");
+  // Messages may echo what the client sent: bytes that are not UTF-8 become U+FFFD.
+  res.set_content(json{{"error", message}, {"status", code}}.dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
+}
+
+// Answers `code` and closes the connection after it: the request's body was
+// not read (see BoundedServer).
+void Refuse(httplib::Response& res, int code, const std::string& message) {
+  res.set_header("Connection", "close");
+  BoundedServer::CloseAfterResponse();
+  Error(res, code, message);
+}
+
+struct Refusal {
+  int code;
+  std::string message;
+  const char* reason;  // danqing_inscriptions_rejected_total{reason}
+};
+
+// Why the body of `req` must not be read, if it must not: httplib (0.11)
+// applies its payload limit only to a declared Content-Length; a chunked body
+// it reads whole, a gzip or br one it inflates whole, and one without a
+// length it reads until the client closes, so one small request could take
+// gigabytes before any size check. A declared length over `max_body` is
+// refused before the upload is sent. Browsers send uploads uncompressed with
+// a Content-Length.
+std::optional<Refusal> BodyRefusal(const httplib::Request& req, size_t max_body) {
+  const std::string te = req.get_header_value("Transfer-Encoding");
+  if (!te.empty() && te != "identity") {
+    return Refusal{411, "send the upload with a Content-Length (Transfer-Encoding " + te + " is not accepted)",
+                   "encoding"};
+  }
+  const std::string ce = req.get_header_value("Content-Encoding");
+  if (!ce.empty() && ce != "identity") {
+    return Refusal{415, "send the upload uncompressed (Content-Encoding " + ce + " is not accepted)", "encoding"};
+  }
+  // The methods whose body httplib reads.
+  const bool body_read = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                         req.method == "DELETE" || req.method == "PRI";
+  if (!req.has_header("Content-Length")) {
+    if (!body_read) return std::nullopt;
+    return Refusal{411, "send the upload with a Content-Length", "encoding"};
+  }
+  const std::string cl = req.get_header_value("Content-Length");
+  uint64_t length = 0;
+  const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), length);
+  if (ec != std::errc() || end != cl.data() + cl.size()) {
+    return Refusal{400, "Content-Length '" + cl + "' is not a number", "encoding"};
+  }
+  if (length > max_body) {
+    char mb[32];
+    std::snprintf(mb, sizeof mb, "%.1f", static_cast<double>(max_body) / (1 << 20));
+    return Refusal{413, "the upload (" + std::to_string(length) + " bytes) is over the " + mb + " MiB limit",
+                   "too_large"};
+  }
+  return std::nullopt;
+}
+
+// Binds only this process: httplib's default also sets SO_REUSEPORT, with
+// which a second server on the same port starts without error and takes half
+// the connections.
+void ExclusivePort(socket_t sock) {
+  int yes = 1;
+  ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+}
+
+// JSON for the errors httplib answers itself (a malformed request, no route).
+httplib::Server::HandlerResponse ErrorBody(const httplib::Request& req, httplib::Response& res) {
+  if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a handler's own
+  switch (res.status) {
+    case 404: Error(res, 404, "no such resource: " + req.method + " " + req.path); break;
+    case 413: Error(res, 413, "the upload is too large"); break;
+    case 414: Error(res, 414, "the request URI is too long"); break;
+    case 400: Error(res, 400, "malformed request"); break;
+    default: Error(res, res.status, "HTTP error " + std::to_string(res.status)); break;
+  }
+  return httplib::Server::HandlerResponse::Handled;
 }
 
 int HttpCode(const Status& st) {
@@ -151,7 +231,7 @@ Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics
   queue_ = std::make_unique<RenderQueue>(workers, capacity, metrics_);
   id_salt_ = std::random_device{}();
   id_salt_ = (id_salt_ << 32) ^ std::random_device{}();
-  http_ = std::make_unique<httplib::Server>();
+  http_ = std::make_unique<BoundedServer>();
   Routes();
 }
 
@@ -193,29 +273,28 @@ void Server::Routes() {
   // The multipart envelope adds a little to the image's own limit.
   s.set_payload_max_length(pipeline_->limits().image.max_bytes + 64 * 1024);
 
-  // Runs before httplib reads the body. The payload limit above holds only
-  // for a body of declared length: httplib (0.11) reads a chunked body, and
-  // inflates a gzip or br one, with no limit, so one small request could take
-  // gigabytes before the size check. Such bodies are refused unread (and the
-  // connection closed): browsers send uploads with a Content-Length and
-  // uncompressed.
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  s.set_socket_options(ExclusivePort);
+  s.set_error_handler(httplib::Server::HandlerWithResponse(ErrorBody));
+  const size_t max_body = pipeline_->limits().image.max_bytes + 64 * 1024;
+  // Both run before httplib reads the body: an upload it must not read is
+  // refused unread, and its connection closed (BodyRefusal).
+  s.set_pre_routing_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
     t_request_start = Clock::now();
-    auto refuse = [&](int code, const std::string& message) {
-      metrics_->rejected.Add("reason=\"encoding\"");
-      res.set_header("Connection", "close");
-      Error(res, code, message);
+    if (auto refusal = BodyRefusal(req, max_body)) {
+      metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
+      Refuse(res, refusal->code, refusal->message);
       return httplib::Server::HandlerResponse::Handled;
-    };
-    const std::string te = req.get_header_value("Transfer-Encoding");
-    if (!te.empty() && te != "identity") {
-      return refuse(411, "send the upload with a Content-Length (Transfer-Encoding " + te + " is not accepted)");
-    }
-    const std::string ce = req.get_header_value("Content-Encoding");
-    if (!ce.empty() && ce != "identity") {
-      return refuse(415, "send the upload uncompressed (Content-Encoding " + ce + " is not accepted)");
     }
     return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // A client that asks first (Expect: 100-continue) is told before it sends.
+  s.set_expect_100_continue_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
+    if (auto refusal = BodyRefusal(req, max_body)) {
+      metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
+      Refuse(res, refusal->code, refusal->message);
+      return refusal->code;
+    }
+    return 100;
   });
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const std::string route = RouteOf(req.path);
@@ -276,8 +355,7 @@ void Server::Routes() {
     if (draining_) {
       metrics_->rejected.Add("reason=\"draining\"");
       res.set_header("Retry-After", "5");
-      res.set_header("Connection", "close");
-      return Error(res, 503, "the service is shutting down; retry on another replica");
+      return Refuse(res, 503, "the service is shutting down; retry on another replica");
     }
     // The image: a multipart file field `image`, or the whole body. The job
     // keeps its own copy: it may outlive this handler when the deadline passes.
@@ -386,7 +464,10 @@ void Server::Routes() {
     Store(id, stored);
     res.set_header("X-Danqing-Inscription-Id", id);
     res.set_header("Location", "/v1/inscriptions/" + id);
-    if (draining_) res.set_header("Connection", "close");
+    if (draining_) {
+      res.set_header("Connection", "close");
+      BoundedServer::CloseAfterResponse();
+    }
     if (WantsJson(req)) {
       res.set_content(stored->json, "application/json");
     } else {
@@ -445,11 +526,21 @@ Status Server::Start() {
   if (!port.ok()) return port.status();
   port_ = *port;
   if (options_.probe_port >= 0) {
-    probe_http_ = std::make_unique<httplib::Server>();
+    probe_http_ = std::make_unique<BoundedServer>(16 * 1024);
     probe_http_->new_task_queue = [] { return new httplib::ThreadPool(4); };
     probe_http_->set_read_timeout(std::chrono::seconds(5));
     probe_http_->set_write_timeout(std::chrono::seconds(5));
-    probe_http_->set_payload_max_length(64 * 1024);
+    probe_http_->set_payload_max_length(0);
+    probe_http_->set_socket_options(ExclusivePort);
+    probe_http_->set_error_handler(httplib::Server::HandlerWithResponse(ErrorBody));
+    // The probes take no body: any is refused unread.
+    probe_http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (auto refusal = BodyRefusal(req, 0)) {
+        Refuse(res, refusal->code, refusal->message);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
     ProbeRoutes(*probe_http_);
     auto probe = Bind(*probe_http_, options_.host, options_.probe_port, "the probe port");
     if (!probe.ok()) return probe.status();
@@ -458,6 +549,12 @@ Status Server::Start() {
     spdlog::info("probes (/healthz /readyz /metrics) also on http://{}:{}", options_.host, probe_port_);
   }
   listener_ = std::thread([this] { http_->listen_after_bind(); });
+  // httplib's stop() does nothing to a server whose listener has not begun
+  // (a SIGTERM just after start would then wait forever in Stop): return
+  // once both listen.
+  for (int i = 0; i < 5000 && !(http_->is_running() && (!probe_http_ || probe_http_->is_running())); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   spdlog::info("serving on http://{}:{} ({} render workers, queue {}, deadline {} ms)",
                options_.host, port_, queue_->workers(), queue_->capacity(),
                options_.deadline.count());

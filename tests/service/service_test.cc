@@ -151,6 +151,7 @@ class Service {
   }
   Server& server() { return *server_; }
   Metrics& metrics() { return metrics_; }
+  const Pipeline& pipeline() const { return *pipeline_; }
 
  private:
   std::unique_ptr<verse::Corpus> corpus_;
@@ -385,6 +386,180 @@ TEST_F(ServiceTest, ChunkedOrCompressedUploadsAreRefusedUnread) {
   EXPECT_THAT(service_->metrics().Render(),
               HasSubstr("danqing_inscriptions_rejected_total{reason=\"encoding\"}"));
   EXPECT_EQ(PostRaw(Photo("chelsea.jpg"))->status, 200) << "the service still works";
+}
+
+// Responses in `answer` (each starts with a status line).
+size_t Responses(const std::string& answer) {
+  size_t n = 0;
+  for (size_t at = answer.find("HTTP/1.1 "); at != std::string::npos; at = answer.find("HTTP/1.1 ", at + 1)) ++n;
+  return n;
+}
+
+// An upload of unknown length (httplib would read it until the client
+// closes) or over the limit (it would read and discard all of it) is refused
+// before it is read, and the connection is closed after the answer: the
+// unread body is not taken for the next request.
+TEST_F(ServiceTest, UploadsOfUnknownOrTooLargeLengthAreRefusedUnread) {
+  const int port = service_->server().port();
+  const std::string no_length =
+      RawExchange(port, "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(4096, '\xff') +
+                            "\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(no_length, ::testing::StartsWith("HTTP/1.1 411")) << no_length.substr(0, 300);
+  EXPECT_THAT(no_length, HasSubstr("\"error\":\"send the upload with a Content-Length\""));
+  EXPECT_EQ(Responses(no_length), 1u) << "the connection must close after the refusal: " << no_length;
+
+  // Only the headers are sent: the answer comes without the body.
+  const std::string too_large =
+      RawExchange(port, "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n");
+  EXPECT_THAT(too_large, ::testing::StartsWith("HTTP/1.1 413")) << too_large.substr(0, 300);
+  EXPECT_THAT(too_large, HasSubstr("over the 1.1 MiB limit"));
+  EXPECT_EQ(Responses(too_large), 1u);
+
+  // A client that asks first is refused instead of being told to go on.
+  const std::string asked = RawExchange(
+      port, "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n");
+  EXPECT_THAT(asked, ::testing::StartsWith("HTTP/1.1 413")) << asked.substr(0, 300);
+  EXPECT_THAT(asked, Not(HasSubstr("100 Continue")));
+
+  const std::string bad_length =
+      RawExchange(port, "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Length: 12ab\r\n\r\n");
+  EXPECT_THAT(bad_length, ::testing::StartsWith("HTTP/1.1 400")) << bad_length.substr(0, 300);
+  EXPECT_THAT(service_->metrics().Render(), HasSubstr("danqing_inscriptions_rejected_total{reason=\"too_large\"}"));
+  EXPECT_EQ(PostRaw(Photo("chelsea.jpg"))->status, 200) << "the service still works";
+}
+
+// Sends `head` then `filler` bytes in pieces while the server takes them (at
+// most `limit` bytes), then returns what came back.
+std::string Flood(int port, const std::string& head, size_t limit) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  const std::string piece(16 * 1024, 'a');
+  for (size_t sent = 0; sent < limit;) {
+    const ssize_t n = ::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server closed
+    sent += static_cast<size_t>(n);
+  }
+  std::string answer;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return answer;
+}
+
+// httplib 0.11 grows a line's buffer until a newline comes: a request line or
+// header without one would take the server's memory. Past 64 KiB of request
+// line and headers the client gets 431 and the connection is closed.
+TEST_F(ServiceTest, OverlongRequestLinesAndHeadersAreCutOff) {
+  const int port = service_->server().port();
+  const std::string line = Flood(port, "GET /", 8u << 20);
+  EXPECT_THAT(line, ::testing::StartsWith("HTTP/1.1 431")) << line.substr(0, 300);
+  EXPECT_THAT(line, HasSubstr("too long"));
+  const std::string header = Flood(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Long: ", 8u << 20);
+  EXPECT_THAT(header, ::testing::StartsWith("HTTP/1.1 431")) << header.substr(0, 300);
+  // Many short headers count too.
+  std::string many = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+  while (many.size() < 80 * 1024) many += "X-A: b\r\n";
+  const std::string answer = RawExchange(port, many + "\r\n");
+  EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 431")) << answer.substr(0, 300);
+  // Headers under the limit are fine.
+  auto c = service_->Client();
+  auto ok = c.Get("/healthz", httplib::Headers{{"X-Big", std::string(4 * 1024, 'b')}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+// What httplib answers itself (no route, a malformed request) is JSON like
+// every other error, and a header that is not UTF-8 echoed in a message does
+// not turn a refusal into a 500.
+TEST_F(ServiceTest, EveryErrorIsJson) {
+  auto c = service_->Client();
+  ExpectError(c.Get("/no/such/thing"), 404, "no such resource: GET /no/such/thing");
+  const std::string malformed = RawExchange(service_->server().port(), "GARBAGE\r\n\r\n");
+  EXPECT_THAT(malformed, ::testing::StartsWith("HTTP/1.1 400")) << malformed;
+  EXPECT_THAT(malformed, HasSubstr("\"error\":\"malformed request\""));
+  const std::string not_utf8 = RawExchange(
+      service_->server().port(),
+      "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \xff\xfe\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(not_utf8, ::testing::StartsWith("HTTP/1.1 411")) << not_utf8;
+}
+
+// httplib sets SO_REUSEPORT by default: a second server on the same port
+// would start and take half the connections. It must fail instead.
+TEST_F(ServiceTest, ASecondServerCannotTakeTheSamePort) {
+  Metrics metrics;
+  ServerOptions o = SmallOptions();
+  o.host = "127.0.0.1";
+  o.port = service_->server().port();
+  Server second(o, &service_->pipeline(), &metrics);
+  const Status st = second.Start();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("in use"));
+}
+
+// A server stopped at once after Start (a SIGTERM during start-up) stops:
+// httplib's stop() alone does nothing before its listener runs.
+TEST_F(ServiceTest, StopRightAfterStartReturns) {
+  for (int i = 0; i < 20; ++i) {
+    Metrics metrics;
+    ServerOptions o = SmallOptions();
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.probe_port = 0;
+    Server s(o, &service_->pipeline(), &metrics);
+    ASSERT_TRUE(s.Start().ok());
+    s.Stop();
+  }
+}
+
+// The probe port takes no body at all.
+TEST(ServiceProbeTest, ProbePortRefusesBodies) {
+  auto r = CreateInscriptionRenderer({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ServerOptions o = SmallOptions();
+  o.probe_port = 0;
+  Service svc(r->get(), o);
+  const int port = svc.server().probe_port();
+  const std::string no_length = RawExchange(port, "POST /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(4096, 'x'));
+  EXPECT_THAT(no_length, ::testing::StartsWith("HTTP/1.1 411")) << no_length.substr(0, 200);
+  EXPECT_EQ(Responses(no_length), 1u);
+  const std::string with_body =
+      RawExchange(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789");
+  EXPECT_THAT(with_body, ::testing::StartsWith("HTTP/1.1 413")) << with_body.substr(0, 200);
+  httplib::Client probes("127.0.0.1", port);
+  auto ok = probes.Get("/healthz");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+// --max-canvas allows sides up to 8192, the renderer at most 7680x4320
+// pixels: a larger area is refused by the checks that run before the upload
+// is queued, decoded and perceived, not by the renderer after all that.
+TEST_F(ServiceTest, CanvasAreaOverTheRenderersCapIsRefusedBeforeAnyWork) {
+  PipelineLimits limits;
+  limits.max_canvas_side = 8192;
+  Service svc(renderer_, SmallOptions(), limits);
+  InscribeOptions o;
+  o.width = 8192;
+  o.height = 8192;
+  const Status st = svc.pipeline().Validate(o);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("7680x4320"));
+  o.width = 7680;
+  o.height = 4320;
+  EXPECT_TRUE(svc.pipeline().Validate(o).ok());
+  o.width = 4320;
+  o.height = 7680;
+  EXPECT_TRUE(svc.pipeline().Validate(o).ok());
 }
 
 // A request httplib refuses before routing (a bad request line) is counted

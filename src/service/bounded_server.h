@@ -1,0 +1,48 @@
+// BoundedServer: an httplib::Server (cpp-httplib 0.11, Debian bookworm) whose
+// connections are read through a stream that bounds what one request can
+// make the server hold in memory.
+//
+// Why: httplib 0.11 reads a request line or header line into a buffer that
+// grows until a newline comes, and a body without Content-Length until the
+// client closes, with no limit (a 300 MB request line without a newline took
+// a server to 550 MB). One client could so make a pod run out of memory.
+//
+// What it does, per request on a connection:
+//   * the request line and headers may take at most `max_header_bytes`; past
+//     that the client gets 431 (JSON) and the connection is closed;
+//   * the body may take at most the payload limit (set_payload_max_length)
+//     plus `max_header_bytes`; past that the connection is closed. The
+//     handlers refuse, before reading, a body of unknown or too large length.
+//   * a handler that answered without reading the body (a refusal) calls
+//     CloseAfterResponse(): the connection is then closed after the answer,
+//     instead of the unread body being parsed as the next request (httplib
+//     0.11 keeps the connection open whatever the response's Connection
+//     header says).
+// Keep-alive, timeouts and stop() behave as in httplib.
+#pragma once
+
+#include <httplib.h>
+
+#include <cstddef>
+
+namespace danqing::service {
+
+class BoundedServer : public httplib::Server {
+ public:
+  explicit BoundedServer(size_t max_header_bytes = 64 * 1024) : max_header_bytes_(max_header_bytes) {}
+
+  // On a handler's thread: close this connection once the response is sent.
+  static void CloseAfterResponse();
+
+  size_t max_header_bytes() const { return max_header_bytes_; }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override;
+  // Waits up to the keep-alive timeout for the next request's first byte;
+  // false when none comes, the client closed, or the server stops.
+  bool NextRequestArrives(socket_t sock) const;
+
+  const size_t max_header_bytes_;
+};
+
+}  // namespace danqing::service

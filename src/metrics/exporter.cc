@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "http/bounded_server.h"
 #include "metrics/agent_metrics.h"
 
 namespace danqing::metrics {
@@ -52,13 +53,20 @@ Result<std::unique_ptr<Exporter>> Exporter::Start(ExporterOptions options, Sourc
   std::unique_ptr<Exporter> e(new Exporter(std::move(options), std::move(sources)));
   e->snap_ = e->collector_.Collect();
 
-  e->server_ = std::make_unique<httplib::Server>();
+  // Bounded (src/http): a request line without a newline, or a body, cannot
+  // make the agent (memory limit 128 MiB) grow; the port is bound alone.
+  e->server_ = std::make_unique<http::BoundedServer>(16 * 1024);
   e->server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
-  // httplib's default also sets SO_REUSEPORT, which lets a second agent bind
-  // the same port silently; keep only SO_REUSEADDR (fast restarts).
-  e->server_->set_socket_options([](int sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  e->server_->set_payload_max_length(0);
+  e->server_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (auto refusal = http::RefuseBody(req, 0)) {  // these endpoints take no body
+      res.status = refusal->code;
+      res.set_header("Connection", "close");
+      http::BoundedServer::CloseAfterResponse();
+      res.set_content(refusal->message + "\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   Exporter* self = e.get();
   e->server_->Get("/metrics", [self](const httplib::Request& req, httplib::Response& res) {

@@ -3,9 +3,6 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
-#include <sys/socket.h>
-
-#include <charconv>
 #include <condition_variable>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -15,7 +12,7 @@
 
 #include "common/cpus.h"
 #include "service/assets.h"
-#include "service/bounded_server.h"
+#include "http/bounded_server.h"
 
 namespace danqing::service {
 namespace {
@@ -49,61 +46,8 @@ void Error(httplib::Response& res, int code, const std::string& message) {
 // not read (see BoundedServer).
 void Refuse(httplib::Response& res, int code, const std::string& message) {
   res.set_header("Connection", "close");
-  BoundedServer::CloseAfterResponse();
+  http::BoundedServer::CloseAfterResponse();
   Error(res, code, message);
-}
-
-struct Refusal {
-  int code;
-  std::string message;
-  const char* reason;  // danqing_inscriptions_rejected_total{reason}
-};
-
-// Why the body of `req` must not be read, if it must not: httplib (0.11)
-// applies its payload limit only to a declared Content-Length; a chunked body
-// it reads whole, a gzip or br one it inflates whole, and one without a
-// length it reads until the client closes, so one small request could take
-// gigabytes before any size check. A declared length over `max_body` is
-// refused before the upload is sent. Browsers send uploads uncompressed with
-// a Content-Length.
-std::optional<Refusal> BodyRefusal(const httplib::Request& req, size_t max_body) {
-  const std::string te = req.get_header_value("Transfer-Encoding");
-  if (!te.empty() && te != "identity") {
-    return Refusal{411, "send the upload with a Content-Length (Transfer-Encoding " + te + " is not accepted)",
-                   "encoding"};
-  }
-  const std::string ce = req.get_header_value("Content-Encoding");
-  if (!ce.empty() && ce != "identity") {
-    return Refusal{415, "send the upload uncompressed (Content-Encoding " + ce + " is not accepted)", "encoding"};
-  }
-  // The methods whose body httplib reads.
-  const bool body_read = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
-                         req.method == "DELETE" || req.method == "PRI";
-  if (!req.has_header("Content-Length")) {
-    if (!body_read) return std::nullopt;
-    return Refusal{411, "send the upload with a Content-Length", "encoding"};
-  }
-  const std::string cl = req.get_header_value("Content-Length");
-  uint64_t length = 0;
-  const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), length);
-  if (ec != std::errc() || end != cl.data() + cl.size()) {
-    return Refusal{400, "Content-Length '" + cl + "' is not a number", "encoding"};
-  }
-  if (length > max_body) {
-    char mb[32];
-    std::snprintf(mb, sizeof mb, "%.1f", static_cast<double>(max_body) / (1 << 20));
-    return Refusal{413, "the upload (" + std::to_string(length) + " bytes) is over the " + mb + " MiB limit",
-                   "too_large"};
-  }
-  return std::nullopt;
-}
-
-// Binds only this process: httplib's default also sets SO_REUSEPORT, with
-// which a second server on the same port starts without error and takes half
-// the connections.
-void ExclusivePort(socket_t sock) {
-  int yes = 1;
-  ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
 }
 
 // JSON for the errors httplib answers itself (a malformed request, no route).
@@ -231,7 +175,7 @@ Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics
   queue_ = std::make_unique<RenderQueue>(workers, capacity, metrics_);
   id_salt_ = std::random_device{}();
   id_salt_ = (id_salt_ << 32) ^ std::random_device{}();
-  http_ = std::make_unique<BoundedServer>();
+  http_ = std::make_unique<http::BoundedServer>();
   Routes();
 }
 
@@ -273,14 +217,13 @@ void Server::Routes() {
   // The multipart envelope adds a little to the image's own limit.
   s.set_payload_max_length(pipeline_->limits().image.max_bytes + 64 * 1024);
 
-  s.set_socket_options(ExclusivePort);
   s.set_error_handler(httplib::Server::HandlerWithResponse(ErrorBody));
   const size_t max_body = pipeline_->limits().image.max_bytes + 64 * 1024;
   // Both run before httplib reads the body: an upload it must not read is
-  // refused unread, and its connection closed (BodyRefusal).
+  // refused unread, and its connection closed (http::RefuseBody).
   s.set_pre_routing_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
     t_request_start = Clock::now();
-    if (auto refusal = BodyRefusal(req, max_body)) {
+    if (auto refusal = http::RefuseBody(req, max_body)) {
       metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
       Refuse(res, refusal->code, refusal->message);
       return httplib::Server::HandlerResponse::Handled;
@@ -289,7 +232,7 @@ void Server::Routes() {
   });
   // A client that asks first (Expect: 100-continue) is told before it sends.
   s.set_expect_100_continue_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
-    if (auto refusal = BodyRefusal(req, max_body)) {
+    if (auto refusal = http::RefuseBody(req, max_body)) {
       metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
       Refuse(res, refusal->code, refusal->message);
       return refusal->code;
@@ -466,7 +409,7 @@ void Server::Routes() {
     res.set_header("Location", "/v1/inscriptions/" + id);
     if (draining_) {
       res.set_header("Connection", "close");
-      BoundedServer::CloseAfterResponse();
+      http::BoundedServer::CloseAfterResponse();
     }
     if (WantsJson(req)) {
       res.set_content(stored->json, "application/json");
@@ -526,16 +469,15 @@ Status Server::Start() {
   if (!port.ok()) return port.status();
   port_ = *port;
   if (options_.probe_port >= 0) {
-    probe_http_ = std::make_unique<BoundedServer>(16 * 1024);
+    probe_http_ = std::make_unique<http::BoundedServer>(16 * 1024);
     probe_http_->new_task_queue = [] { return new httplib::ThreadPool(4); };
     probe_http_->set_read_timeout(std::chrono::seconds(5));
     probe_http_->set_write_timeout(std::chrono::seconds(5));
     probe_http_->set_payload_max_length(0);
-    probe_http_->set_socket_options(ExclusivePort);
     probe_http_->set_error_handler(httplib::Server::HandlerWithResponse(ErrorBody));
     // The probes take no body: any is refused unread.
     probe_http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (auto refusal = BodyRefusal(req, 0)) {
+      if (auto refusal = http::RefuseBody(req, 0)) {
         Refuse(res, refusal->code, refusal->message);
         return httplib::Server::HandlerResponse::Handled;
       }

@@ -8,6 +8,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <map>
 #include <set>
@@ -652,6 +657,50 @@ TEST(ExporterTest, BadOptions) {
   ASSERT_TRUE(first.ok());
   o.listen = "127.0.0.1:" + std::to_string((*first)->port());
   EXPECT_EQ(Exporter::Start(o, {}).status().code(), StatusCode::kUnavailable);
+}
+
+// Sends `head`, then up to `filler` bytes of 'a' while the server takes them,
+// and returns what came back before the server closed.
+std::string Exchange(int port, const std::string& head, size_t filler) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  const std::string piece(16 * 1024, 'a');
+  for (size_t sent = 0; sent < filler;) {
+    const ssize_t n = ::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  std::string answer;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return answer;
+}
+
+// The agent's port is reachable from the pod network, and the agent has a
+// 128 MiB memory limit: a request line without a newline, or a body, must
+// not be read into memory (httplib 0.11 alone would grow it without end).
+TEST(ExporterTest, OverlongRequestsAndBodiesAreRefusedUnread) {
+  ExporterOptions o;
+  o.listen = "127.0.0.1:0";
+  auto ex = Exporter::Start(o, {});
+  ASSERT_TRUE(ex.ok());
+  const int port = (*ex)->port();
+  EXPECT_THAT(Exchange(port, "GET /", 8u << 20), ::testing::StartsWith("HTTP/1.1 431"));
+  const std::string post = Exchange(port, "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 1u << 20);
+  EXPECT_THAT(post, ::testing::StartsWith("HTTP/1.1 411")) << post.substr(0, 200);
+  const std::string body = Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", 0);
+  EXPECT_THAT(body, ::testing::StartsWith("HTTP/1.1 413")) << body.substr(0, 200);
+  EXPECT_EQ(test::Get(port).status, 200) << "still serving";
 }
 
 TEST(ExporterTest, NoSourcesServesAgentMetricsOnly) {

@@ -18,18 +18,34 @@
 //     instead of the unread body being parsed as the next request (httplib
 //     0.11 keeps the connection open whatever the response's Connection
 //     header says).
-// Keep-alive, timeouts and stop() behave as in httplib.
+// It also binds its port alone: httplib's default sets SO_REUSEPORT as well,
+// with which a second server on the same port starts without error and takes
+// half the connections. Keep-alive, timeouts and stop() behave as in httplib.
 #pragma once
 
 #include <httplib.h>
 
 #include <cstddef>
+#include <optional>
+#include <string>
 
-namespace danqing::service {
+namespace danqing::http {
+
+// Why the body of a request must not be read, if it must not: httplib 0.11
+// applies its payload limit only to a declared Content-Length; a chunked body
+// it reads whole, a gzip or br one it inflates whole, and one without a
+// length it reads until the client closes. A declared length over
+// `max_body` is refused before the body is sent.
+struct BodyRefusal {
+  int code = 0;
+  std::string message;
+  const char* reason = "";  // "encoding" or "too_large"
+};
+std::optional<BodyRefusal> RefuseBody(const httplib::Request& req, size_t max_body);
 
 class BoundedServer : public httplib::Server {
  public:
-  explicit BoundedServer(size_t max_header_bytes = 64 * 1024) : max_header_bytes_(max_header_bytes) {}
+  explicit BoundedServer(size_t max_header_bytes = 64 * 1024);
 
   // On a handler's thread: close this connection once the response is sent.
   static void CloseAfterResponse();
@@ -45,4 +61,4 @@ class BoundedServer : public httplib::Server {
   const size_t max_header_bytes_;
 };
 
-}  // namespace danqing::service
+}  // namespace danqing::http

@@ -1,4 +1,4 @@
-#include "service/bounded_server.h"
+#include "http/bounded_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
-namespace danqing::service {
+namespace danqing::http {
 namespace {
 
 thread_local bool t_close_after_response = false;
@@ -184,6 +186,47 @@ void LingeringClose(int sock) {
 
 }  // namespace
 
+std::optional<BodyRefusal> RefuseBody(const httplib::Request& req, size_t max_body) {
+  const std::string te = req.get_header_value("Transfer-Encoding");
+  if (!te.empty() && te != "identity") {
+    return BodyRefusal{411, "send the upload with a Content-Length (Transfer-Encoding " + te + " is not accepted)",
+                       "encoding"};
+  }
+  const std::string ce = req.get_header_value("Content-Encoding");
+  if (!ce.empty() && ce != "identity") {
+    return BodyRefusal{415, "send the upload uncompressed (Content-Encoding " + ce + " is not accepted)",
+                       "encoding"};
+  }
+  if (!req.has_header("Content-Length")) {
+    // The methods whose body httplib reads, with or without a length.
+    const bool body_read = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                           req.method == "DELETE" || req.method == "PRI";
+    if (!body_read) return std::nullopt;
+    return BodyRefusal{411, "send the upload with a Content-Length", "encoding"};
+  }
+  const std::string cl = req.get_header_value("Content-Length");
+  uint64_t length = 0;
+  const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), length);
+  if (ec != std::errc() || end != cl.data() + cl.size()) {
+    return BodyRefusal{400, "Content-Length '" + cl + "' is not a number", "encoding"};
+  }
+  if (length > max_body) {
+    if (max_body == 0) return BodyRefusal{413, "this server takes no request body", "too_large"};
+    char mb[32];
+    std::snprintf(mb, sizeof mb, "%.1f", static_cast<double>(max_body) / (1 << 20));
+    return BodyRefusal{413, "the upload (" + std::to_string(length) + " bytes) is over the " + mb + " MiB limit",
+                       "too_large"};
+  }
+  return std::nullopt;
+}
+
+BoundedServer::BoundedServer(size_t max_header_bytes) : max_header_bytes_(max_header_bytes) {
+  set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+}
+
 void BoundedServer::CloseAfterResponse() { t_close_after_response = true; }
 
 bool BoundedServer::NextRequestArrives(socket_t sock) const {
@@ -224,4 +267,4 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   return ok;
 }
 
-}  // namespace danqing::service
+}  // namespace danqing::http

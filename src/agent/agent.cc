@@ -139,10 +139,11 @@ void Agent::SetBase(std::shared_ptr<const deviceplugin::ResourceSet> set) {
   if (manager_) manager_->Update(deviceplugin::WithHealth(*base_, unhealthy_));
 }
 
-Status Agent::StartChecker(const config::Config& cfg, const gpu::NodeInventory& inventory) {
+Status Agent::StartChecker(const config::Config& cfg, const gpu::NodeInventory& inventory,
+                           std::unique_ptr<health::Checker> retired) {
   auto opts = HealthOptionsFrom(cfg);
   if (!opts.ok()) return opts.status();
-  StopChecker();
+  if (auto running = TakeChecker()) retired = std::move(running);
   checker_options_ = *opts;
   auto checker = std::make_unique<health::Checker>(
       *backend_, std::move(opts).value(),
@@ -154,20 +155,17 @@ Status Agent::StartChecker(const config::Config& cfg, const gpu::NodeInventory& 
           spdlog::info("agent: MIG layout changed; it is picked up on the next reload");
         }
       });
-  checker->Start(inventory);
+  checker->Start(inventory, retired.get());
   std::lock_guard slock(sources_mu_);
   checker_ = std::move(checker);
   return Status::Ok();
 }
 
-void Agent::StopChecker() {
-  if (!checker_) return;
+std::unique_ptr<health::Checker> Agent::TakeChecker() {
+  if (!checker_) return nullptr;
   checker_->Stop();
-  {
-    std::lock_guard slock(sources_mu_);
-    checker_.reset();
-  }
-  Publish({});  // no checker, no health conditions
+  std::lock_guard slock(sources_mu_);
+  return std::move(checker_);
 }
 
 Status Agent::Start(const config::Config& cfg) {
@@ -265,7 +263,10 @@ Status Agent::Reload(const config::Config& cfg) {
       cfg.danqing.reset_xids != cfg_.danqing.reset_xids ||
       cfg.danqing.xid_quiet_period != cfg_.danqing.xid_quiet_period ||
       cfg.danqing.health_check_interval != cfg_.danqing.health_check_interval;
-  if (new_backend || health_changed) StopChecker();  // it holds a reference to backend_
+  // The checker holds a reference to backend_: stopped before that changes,
+  // and its conditions go to the next one (published meanwhile as they were).
+  std::unique_ptr<health::Checker> retired;
+  if (new_backend || health_changed) retired = TakeChecker();
   {
     std::lock_guard slock(sources_mu_);
     if (new_backend) backend_ = std::move(fresh);
@@ -291,7 +292,7 @@ Status Agent::Reload(const config::Config& cfg) {
   }
   if (checker_) {
     checker_->SetInventory(built->inventory);
-  } else if (Status st = StartChecker(cfg, built->inventory); !st.ok()) {
+  } else if (Status st = StartChecker(cfg, built->inventory, std::move(retired)); !st.ok()) {
     return st;
   }
   return result;

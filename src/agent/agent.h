@@ -84,9 +84,14 @@ class Agent {
   void Publish(const std::map<std::string, std::string>& unhealthy);
   // Replaces the base resources and republishes (state_mu_ held).
   void SetBase(std::shared_ptr<const deviceplugin::ResourceSet> set);
-  // (Re)creates the health checker over backend_ (state_mu_ held).
-  Status StartChecker(const config::Config& cfg, const gpu::NodeInventory& inventory);
-  void StopChecker();
+  // (Re)creates the health checker over backend_ (state_mu_ held). The
+  // conditions of the checker it replaces, the running one or `retired`,
+  // are carried over: new options or a new NVML library do not make a GPU
+  // that needs a reset healthy.
+  Status StartChecker(const config::Config& cfg, const gpu::NodeInventory& inventory,
+                      std::unique_ptr<health::Checker> retired = nullptr);
+  // Stops the running checker and hands it over (null if none).
+  std::unique_ptr<health::Checker> TakeChecker();
   void RetryLoop();
   // (Re)starts the metrics endpoint when its address changed (state_mu_ held).
   void StartMetrics(const config::Config& cfg);

@@ -36,11 +36,16 @@ Checker::Checker(gpu::GpuBackend& backend, CheckerOptions options, Publish publi
 
 Checker::~Checker() { Stop(); }
 
-void Checker::Start(const gpu::NodeInventory& inventory) {
+void Checker::Start(const gpu::NodeInventory& inventory, const Checker* previous) {
   {
     std::lock_guard lock(mu_);
     monitor_.SetInventory(inventory);
     mig_layout_ = MigLayout(inventory);
+    if (previous != nullptr) {
+      std::lock_guard old(previous->mu_);
+      monitor_.CarryFrom(previous->monitor_);
+      PublishLocked();
+    }
   }
   spdlog::info("health: {}; polling every {} ms; XID quiet period {} s",
                options_.monitor.policy.Describe(),

@@ -63,7 +63,10 @@ class Checker {
   // off the bus) is replaced at once, then with a pause that doubles up to
   // 30 s while it keeps failing; GPUs left out because they were lost are
   // subscribed again every event_retry_interval once they answer.
-  void Start(const gpu::NodeInventory& inventory);
+  //
+  // `previous` (may be null): a stopped checker this one replaces; its
+  // devices' conditions are carried over and published at once.
+  void Start(const gpu::NodeInventory& inventory, const Checker* previous = nullptr);
 
   // After a rediscovery: tracks the new devices (conditions of devices that
   // are still there are kept) and publishes.

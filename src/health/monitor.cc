@@ -63,6 +63,19 @@ void Monitor::SetInventory(const gpu::NodeInventory& inventory) {
   devices_ = std::move(next);
 }
 
+void Monitor::CarryFrom(const Monitor& previous) {
+  for (auto& [uuid, d] : devices_) {
+    const auto it = previous.devices_.find(uuid);
+    if (it == previous.devices_.end()) continue;
+    d.conditions = it->second.conditions;
+    d.xid_counts = it->second.xid_counts;
+    d.last_xid = it->second.last_xid;
+    d.last_ecc_uncorrected = it->second.last_ecc_uncorrected;
+    d.thermal_start_c = it->second.thermal_start_c;
+  }
+  for (const auto& [name, n] : previous.transitions_) transitions_[name] += n;
+}
+
 std::vector<std::string> Monitor::GpuUuids() const { return gpus_; }
 
 void Monitor::Log(bool warning, std::string text) {

@@ -79,6 +79,12 @@ class Monitor {
   // make a broken GPU healthy).
   void SetInventory(const gpu::NodeInventory& inventory);
 
+  // Takes over `previous`'s state (conditions, XID counts, poll memory,
+  // transition counts) for the devices tracked here: a monitor that replaces
+  // another (new options, a new NVML library) does not make a GPU that needs
+  // a reset healthy. Call after SetInventory.
+  void CarryFrom(const Monitor& previous);
+
   // Each returns true when some device's conditions changed (its health or
   // the reason it is unhealthy).
   bool OnEvent(const gpu::GpuEvent& event, Clock::time_point now);

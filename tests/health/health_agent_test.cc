@@ -347,6 +347,42 @@ TEST_F(HealthAgentTest, EventsKeepComingAfterAGpuFellOffTheBusAndFromItOnceItIsB
   EXPECT_TRUE(xid_until_sick(4, {gpu4})) << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
 }
 
+// A reload that replaces the health checker (new health options, or another
+// NVML library, which also replaces the backend) keeps what the old one knew:
+// a GPU that needs a reset stays unhealthy, with its reason.
+TEST_F(HealthAgentTest, AReloadKeepsAGpuThatNeedsAResetUnhealthy) {
+  FakeNode node("a100-8x-nvswitch");
+  config::Config cfg = Config();
+  StartAgent(cfg);
+  const std::string gpu2 = GpuUuid(node, 2);
+  node.Control(R"({"cmd":"xid","gpu":2,"xid":48})");  // double-bit ECC: needs a reset
+  ASSERT_TRUE(WaitSick(kGpu, {gpu2}));
+  auto reason = [&] {
+    for (const auto& h : agent_->Health()) {
+      if (h.uuid == gpu2) return h.reason;
+    }
+    return std::string("(not tracked)");
+  };
+
+  cfg.danqing.health_check_interval = 60ms;
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  std::this_thread::sleep_for(300ms);  // several polls of the new checker
+  EXPECT_TRUE(OnlySick(kubelet_->Devices(kGpu), {gpu2})) << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
+  EXPECT_THAT(reason(), HasSubstr("xid-48"));
+
+  // The same library under another path: a new backend and checker.
+  const std::string link = dir_ + "/libnvidia-ml.so.1";
+  std::filesystem::create_symlink(cfg.danqing.nvml_lib, link);
+  cfg.danqing.nvml_lib = link;
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(OnlySick(kubelet_->Devices(kGpu), {gpu2})) << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
+  EXPECT_THAT(reason(), HasSubstr("xid-48"));
+  // The new checker watches: another fault is seen.
+  node.Control(R"({"cmd":"xid","gpu":3,"xid":48})");
+  EXPECT_TRUE(WaitSick(kGpu, {gpu2, GpuUuid(node, 3)}));
+}
+
 TEST_F(HealthAgentTest, RowRemappingNeedsAReset) {
   FakeNode node("a100-8x-nvswitch");  // Ampere: row remapping, no page retirement
   StartAgent(Config());

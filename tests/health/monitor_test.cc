@@ -125,6 +125,28 @@ TEST_F(MonitorTest, ResetClassXidNeverClears) {
   EXPECT_EQ(monitor_.Unhealthy().size(), 1u);
 }
 
+TEST_F(MonitorTest, AMonitorThatReplacesAnotherCarriesItsConditions) {
+  EXPECT_TRUE(monitor_.OnEvent(Xid(kGpu0, 79), t0_));  // needs a reset
+  EXPECT_TRUE(monitor_.OnEvent(Xid(kGpu1, 62), t0_));  // clears after the quiet period
+  MonitorOptions longer = Options();
+  longer.quiet_period = 20min;
+  Monitor next(longer);
+  gpu::NodeInventory only_gpu0 = Inventory();
+  only_gpu0.gpus.resize(1);
+  next.SetInventory(only_gpu0);
+  next.CarryFrom(monitor_);
+  // GPU 1 is not tracked any more: its condition stays behind.
+  EXPECT_THAT(next.Unhealthy(), ElementsAre(Pair(kGpu0, "xid-79")));
+  EXPECT_FALSE(next.Tick(t0_ + 24h));
+  EXPECT_EQ(next.transitions().at("unhealthy:xid"), 2u);  // counters go on from the old ones
+  // The carried GPU keeps its XID counts.
+  for (const auto& h : next.Snapshot()) {
+    if (h.uuid == kGpu0) {
+      EXPECT_EQ(h.xid_counts.at(79), 1u);
+    }
+  }
+}
+
 TEST_F(MonitorTest, ApplicationXidIsCountedButIgnored) {
   EXPECT_FALSE(monitor_.OnEvent(Xid(kGpu0, 13), t0_));
   EXPECT_THAT(monitor_.Unhealthy(), IsEmpty());

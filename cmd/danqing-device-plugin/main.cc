@@ -82,7 +82,7 @@ void AddConfigFlags(CLI::App& app, danqing::config::CommandLine& cl) {
 }
 
 int RunGpus(const danqing::config::Config& cfg, bool json, bool no_sensors) {
-  auto backend = danqing::gpu::NvmlBackend::Create(cfg.danqing.nvml_lib, cfg.danqing.sysfs_root);
+  auto backend = danqing::gpu::NvmlBackend::Create(danqing::agent::NvmlLibraryFor(cfg), cfg.danqing.sysfs_root);
   if (!backend.ok()) return Fail(backend.status());
   auto snap = danqing::gpu::TakeSnapshot(**backend, !no_sensors);
   if (!snap.ok()) return Fail(snap.status());

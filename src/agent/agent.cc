@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstdlib>
 
@@ -27,9 +28,22 @@ deviceplugin::MigCapMinors ReadMigCapMinors() {
 
 }  // namespace
 
+std::string NvmlLibraryFor(const config::Config& cfg) {
+  if (!cfg.danqing.nvml_lib.empty()) return cfg.danqing.nvml_lib;
+  const std::string& root = cfg.flags.plugin.container_driver_root;
+  if (root.empty() || root == "/") return {};
+  // The library directories of the distributions drivers are built for.
+  for (const char* dir : {"/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64",
+                          "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib"}) {
+    const std::string path = root + dir + "/libnvidia-ml.so.1";
+    if (::access(path.c_str(), R_OK) == 0) return path;
+  }
+  return {};
+}
+
 BackendFactory NvmlBackendFactory() {
   return [](const config::Config& cfg) -> Result<std::unique_ptr<gpu::GpuBackend>> {
-    auto b = gpu::NvmlBackend::Create(cfg.danqing.nvml_lib, cfg.danqing.sysfs_root);
+    auto b = gpu::NvmlBackend::Create(NvmlLibraryFor(cfg), cfg.danqing.sysfs_root);
     if (!b.ok()) return b.status();
     spdlog::info("agent: GPU backend {}", (*b)->Describe());
     return std::unique_ptr<gpu::GpuBackend>(std::move(b).value());
@@ -41,11 +55,6 @@ Result<deviceplugin::ResourceOptions> ResourceOptionsFrom(const config::Config& 
   o.mig_strategy = cfg.flags.mig_strategy;
   o.replica_policy = cfg.danqing.replica_policy == "packed" ? deviceplugin::ReplicaPolicy::kPacked
                                                             : deviceplugin::ReplicaPolicy::kDistributed;
-  if (cfg.sharing.mps) {
-    return Status(StatusCode::kNotSupported,
-                  "sharing.mps is accepted in the config file but Danqing does not run an MPS "
-                  "control daemon yet; use sharing.timeSlicing");
-  }
   if (const auto& ts = cfg.sharing.time_slicing) {
     o.rename_by_default = ts->rename_by_default;
     o.fail_requests_greater_than_one = ts->fail_requests_greater_than_one;
@@ -175,7 +184,7 @@ Status Agent::Start(const config::Config& cfg) {
   }
   if (auto h = HealthOptionsFrom(cfg); !h.ok()) return h.status();
   cfg_ = cfg;
-  nvml_lib_ = cfg.danqing.nvml_lib;
+  nvml_lib_ = NvmlLibraryFor(cfg);
   manager_options_ = ManagerOptionsFrom(cfg);
   auto built = Build(cfg, backend_);
   if (!built.ok()) {
@@ -234,7 +243,7 @@ void Agent::RetryLoop() {
       backend_ = std::move(fresh);
       inventory_ = std::make_shared<const gpu::NodeInventory>(built->inventory);
     }
-    nvml_lib_ = cfg_.danqing.nvml_lib;
+    nvml_lib_ = NvmlLibraryFor(cfg_);
     degraded_ = false;
     SetBase(built->set);
     if (Status st = StartChecker(cfg_, built->inventory); !st.ok()) {
@@ -252,7 +261,7 @@ Status Agent::Reload(const config::Config& cfg) {
   // The running backend rediscovers; only a changed NVML library path (or a
   // start without any) needs a new one, which replaces the running one once
   // the new configuration built.
-  const bool new_backend = !backend_ || cfg.danqing.nvml_lib != nvml_lib_;
+  const bool new_backend = !backend_ || NvmlLibraryFor(cfg) != nvml_lib_;
   std::unique_ptr<gpu::GpuBackend> fresh;
   if (degraded_) cfg_ = cfg;  // the retry thread uses the newest configuration
   auto built = Build(cfg, new_backend ? fresh : backend_);
@@ -272,7 +281,7 @@ Status Agent::Reload(const config::Config& cfg) {
     if (new_backend) backend_ = std::move(fresh);
     inventory_ = std::make_shared<const gpu::NodeInventory>(built->inventory);
   }
-  if (new_backend) nvml_lib_ = cfg.danqing.nvml_lib;
+  if (new_backend) nvml_lib_ = NvmlLibraryFor(cfg);
   degraded_ = false;
   cfg_ = cfg;
   StartMetrics(cfg);

@@ -28,6 +28,13 @@
 
 namespace danqing::agent {
 
+// The NVML library to load: danqing.nvmlLib when set; else, when the host's
+// driver root is mounted at flags.plugin.containerDriverRoot (not "/"), the
+// libnvidia-ml.so.1 found under it, as NVIDIA's plugin looks for it (the GPU
+// Operator's containerised driver, mounted at /driver-root); else "" (the
+// dynamic linker's search path).
+std::string NvmlLibraryFor(const config::Config& cfg);
+
 // Builds a backend for the configured NVML library (injectable for tests).
 using BackendFactory =
     std::function<Result<std::unique_ptr<gpu::GpuBackend>>(const config::Config&)>;

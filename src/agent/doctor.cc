@@ -199,7 +199,8 @@ void CheckGpus(const config::Config& cfg, const BackendFactory& factory, Finding
   if (!backend.ok()) {
     f.Add(Level::kFail, "NVIDIA driver (NVML)", backend.status().ToString(),
           "install the NVIDIA driver on the node and make libnvidia-ml.so.1 visible to the agent "
-          "(the NVIDIA container runtime, a driver-root mount with --nvidia-driver-root, or --nvml-lib)");
+          "(the NVIDIA container runtime, the host's driver root mounted at --container-driver-root, "
+          "where libnvidia-ml.so.1 is looked for, or --nvml-lib)");
     return;
   }
   f.Add(Level::kOk, "NVIDIA driver (NVML)", (*backend)->Describe());

@@ -234,6 +234,12 @@ Status Validate(const Config& c) {
       return InvalidArgument("invalid configuration: " + Cite(c, "sharing.mps") +
                              " requires flags.mpsRoot (--mps-root, MPS_ROOT) to be set");
     }
+    // A valid MPS section all the same: Danqing runs no MPS control daemon,
+    // and advertising the GPUs unshared instead would leave the pods that
+    // ask for the replicas Pending without saying why.
+    return InvalidArgument("invalid configuration: " + Cite(c, "sharing.mps") +
+                           " is not supported: Danqing does not run an MPS control daemon; "
+                           "share GPUs with sharing.timeSlicing instead");
   }
   const auto& ids = c.imex.channel_ids;
   if (!(ids.empty() || (ids.size() == 1 && ids[0] == 0))) {
@@ -297,10 +303,6 @@ std::vector<IgnoredSetting> AcceptedButIgnored(const Config& config) {
                    "custom resource patterns are not supported (NVIDIA's plugin ignores them "
                    "too); GPUs are advertised as nvidia.com/gpu and MIG devices as "
                    "nvidia.com/mig-<profile>"});
-  }
-  if (config.sharing.mps) {
-    out.push_back({"sharing.mps", OriginOf(config, "sharing.mps"),
-                   "Danqing does not run MPS; these resources are not shared through MPS"});
   }
   return out;
 }

@@ -31,6 +31,9 @@ constexpr std::string_view kIgnoredCdiFeatureFlags =
 constexpr std::string_view kIgnoredGfd =
     "a GPU feature discovery setting; Danqing does not run GFD";
 constexpr std::string_view kIgnoredImex = "Danqing does not inject IMEX channels";
+constexpr std::string_view kIgnoredCtkPath =
+    "Danqing's CDI spec lists the device nodes only, with no nvidia-ctk hooks; the driver libraries "
+    "come from the NVIDIA container runtime";
 
 // --- Setters for enum-like and list settings --------------------------------
 
@@ -234,14 +237,15 @@ std::vector<Setting> BuildTable() {
        .command_line = &CL::nvidia_ctk_path,
        .help = "Path of nvidia-ctk (the CDI hook) written into generated CDI specs",
        .binding =
-           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; }}},
+           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; }},
+       .ignored_reason = kIgnoredCtkPath},
       {.path = "flags.plugin.containerDriverRoot",
        .flag = "container-driver-root",
        .flag_alias = "driver-root-ctr-path",
        .env = "CONTAINER_DRIVER_ROOT",
        .env_alias = "DRIVER_ROOT_CTR_PATH",
        .command_line = &CL::container_driver_root,
-       .help = "Where the driver root is mounted inside this container (for CDI specs)",
+       .help = "Where the host's driver root is mounted inside this container (NVML is loaded from there)",
        .binding = StringField{[](Config& c) -> std::string& {
          return c.flags.plugin.container_driver_root;
        }}},

@@ -2,6 +2,8 @@
 // (fake NVML, emulated kubelet, temporary directories) and says how to fix it.
 #include "agent/doctor.h"
 
+#include "agent/agent.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -50,6 +52,30 @@ class DoctorTest : public ::testing::Test {
 
   std::string dir_;
 };
+
+// The GPU Operator's layout: the driver lives in a container, its root is
+// mounted into the plugin at containerDriverRoot, and NVML is loaded from
+// there (as NVIDIA's plugin does), not from the dynamic linker's path.
+TEST_F(DoctorTest, NvmlIsFoundUnderTheContainerDriverRoot) {
+  testing::FakeNode node("a100-8x-nvswitch");
+  config::Config cfg = Config();
+  cfg.danqing.nvml_lib = "";
+  cfg.flags.plugin.container_driver_root = dir_ + "/driver-root";
+  EXPECT_EQ(agent::NvmlLibraryFor(cfg), "") << "nothing mounted there: the dynamic linker's search";
+  std::filesystem::create_directories(dir_ + "/driver-root/usr/lib/x86_64-linux-gnu");
+  const std::string lib = dir_ + "/driver-root/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+  std::filesystem::create_symlink(testing::FakeNvmlLibrary(), lib);
+  EXPECT_EQ(agent::NvmlLibraryFor(cfg), lib);
+  auto backend = agent::NvmlBackendFactory()(cfg);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  EXPECT_THAT((*backend)->Describe(), HasSubstr(lib));
+  // An explicit nvmlLib wins; a root of "/" is the dynamic linker's business.
+  cfg.danqing.nvml_lib = testing::FakeNvmlLibrary();
+  EXPECT_EQ(agent::NvmlLibraryFor(cfg), testing::FakeNvmlLibrary());
+  cfg.danqing.nvml_lib = "";
+  cfg.flags.plugin.container_driver_root = "/";
+  EXPECT_EQ(agent::NvmlLibraryFor(cfg), "");
+}
 
 TEST_F(DoctorTest, AHealthyNodeWithAKubeletPassesButForMissingDeviceNodes) {
   testing::FakeNode node("a100-8x-nvswitch");

@@ -179,8 +179,11 @@ TEST(NvidiaConfigTest, PluginSectionWithDeviceListStrategyList) {
   EXPECT_EQ(c.flags.gfd.sleep_interval, 60s);
   EXPECT_EQ(c.sharing.strategy(), SharingStrategy::kNone);
   EXPECT_EQ(c.sharing.replicated(), nullptr);
-  // GFD settings equal to GFD's defaults are not worth a warning.
-  EXPECT_TRUE(AcceptedButIgnored(c).empty());
+  // GFD settings equal to GFD's defaults are not worth a warning; a CDI hook
+  // path is (Danqing's CDI spec has no hooks).
+  std::vector<std::string> ignored;
+  for (const auto& i : AcceptedButIgnored(c)) ignored.push_back(i.path);
+  EXPECT_THAT(ignored, ElementsAre("flags.plugin.nvidiaCTKPath"));
 }
 
 TEST(NvidiaConfigTest, MissingVersionIsV1AsInNvidiasParser) {
@@ -914,11 +917,12 @@ TEST(ValidateTest, MpsNeedsMpsRoot) {
                                       ":4:5) requires "
                                       "flags.mpsRoot (--mps-root, MPS_ROOT)"));
 
-  auto ok = Resolve(cl, EnvFrom({{"MPS_ROOT", "/run/nvidia/mps"}}));
-  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  std::vector<std::string> ignored;
-  for (const auto& i : AcceptedButIgnored(*ok)) ignored.push_back(i.path);
-  EXPECT_THAT(ignored, ElementsAre("flags.mpsRoot", "sharing.mps"));
+  // Valid as NVIDIA checks it, and still refused: Danqing runs no MPS daemon.
+  const Status refused = Resolve(cl, EnvFrom({{"MPS_ROOT", "/run/nvidia/mps"}})).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("sharing.mps (" + *cl.config_file +
+                                           ":4:5) is not supported: Danqing does not run an MPS control daemon"));
+  EXPECT_THAT(refused.message(), HasSubstr("sharing.timeSlicing"));
 }
 
 TEST(ValidateTest, MpsIsNotSupportedWithMixedMig) {
@@ -1054,7 +1058,8 @@ TEST(FlagTableTest, NvidiaAndDanqingFlagsWithEnvAndDefaults) {
     EXPECT_EQ(f.config_path, e.path);
     EXPECT_EQ(f.default_value, e.default_value);
     EXPECT_EQ(f.kind, e.kind);
-    EXPECT_EQ(f.ignored, std::string_view(e.flag) == "mps-root");  // Danqing runs no MPS
+    // Danqing runs no MPS, and its CDI spec has no nvidia-ctk hook.
+    EXPECT_EQ(f.ignored, std::string_view(e.flag) == "mps-root" || std::string_view(e.flag) == "nvidia-ctk-path");
     EXPECT_EQ(f.nvidia, std::string_view(e.path).substr(0, 8) != "danqing.");
   }
   EXPECT_TRUE(by_name.at("gds-enabled").ignored);

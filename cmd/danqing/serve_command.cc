@@ -28,7 +28,7 @@ namespace danqing::cli {
 namespace {
 
 struct ServeFlags {
-  std::string host = "0.0.0.0";
+  std::string host = "::";  // every address, IPv6 and IPv4
   int port = 8080;
   int probe_port = -1;
   size_t workers = 0;

@@ -224,7 +224,28 @@ BoundedServer::BoundedServer(size_t max_header_bytes) : max_header_bytes_(max_he
   set_socket_options([](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    // Dual-stack whatever net.ipv6.bindv6only says (fails harmlessly on IPv4).
+    int no = 0;
+    ::setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof no);
   });
+}
+
+int BindEveryAddress(httplib::Server& s, const std::string& host, int port) {
+  auto bind = [&](const std::string& h) {
+    if (port == 0) return s.bind_to_any_port(h);
+    return s.bind_to_port(h, port) ? port : -1;
+  };
+  if (!host.empty() && host != "::") return bind(host);
+  const int bound = bind("::");
+  if (bound > 0) return bound;
+  // Failed: a port in use, or no IPv6 in this kernel (ipv6.disable=1), where
+  // IPv4 alone is every address.
+  const int probe = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe >= 0) {
+    ::close(probe);
+    return -1;
+  }
+  return bind("0.0.0.0");
 }
 
 void BoundedServer::CloseAfterResponse() { t_close_after_response = true; }

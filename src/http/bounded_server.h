@@ -20,7 +20,7 @@
 //     header says).
 // It also binds its port alone: httplib's default sets SO_REUSEPORT as well,
 // with which a second server on the same port starts without error and takes
-// half the connections. Keep-alive, timeouts and stop() behave as in httplib.
+// half the connections. An IPv6 socket it binds takes IPv4 too. Keep-alive, timeouts and stop() behave as in httplib.
 #pragma once
 
 #include <httplib.h>
@@ -42,6 +42,12 @@ struct BodyRefusal {
   const char* reason = "";  // "encoding" or "too_large"
 };
 std::optional<BodyRefusal> RefuseBody(const httplib::Request& req, size_t max_body);
+
+// Binds `s` to `host`:`port` (port 0: any free port) and returns the port,
+// or -1. An empty host or "::" means every address: one IPv6 socket that takes IPv4 too, so the server answers
+// on IPv4, IPv6 and dual-stack clusters alike; where the kernel has no IPv6,
+// 0.0.0.0. "0.0.0.0" means IPv4 only.
+int BindEveryAddress(httplib::Server& s, const std::string& host, int port);
 
 class BoundedServer : public httplib::Server {
  public:

@@ -33,8 +33,7 @@ Result<std::pair<std::string, int>> ParseListenAddress(const std::string& addr) 
     return InvalidArgument("metrics address '" + addr + "': port '" + port_text +
                            "' is not a number from 0 to 65535");
   }
-  if (host.empty()) host = "0.0.0.0";
-  return std::make_pair(host, port);
+  return std::make_pair(host, port);  // an empty host: every address, IPv6 and IPv4
 }
 
 Exporter::Exporter(ExporterOptions options, Sources sources)
@@ -87,11 +86,7 @@ Result<std::unique_ptr<Exporter>> Exporter::Start(ExporterOptions options, Sourc
     res.set_content("<html><body><a href=\"/metrics\">/metrics</a></body></html>\n", "text/html");
   });
   auto [host, port] = *addr;
-  if (port == 0) {
-    e->port_ = e->server_->bind_to_any_port(host);
-  } else {
-    e->port_ = e->server_->bind_to_port(host, port) ? port : -1;
-  }
+  e->port_ = http::BindEveryAddress(*e->server_, host, port);
   if (e->port_ <= 0) {
     return Unavailable("cannot listen for metrics on " + e->options_.listen + ": " +
                        std::strerror(errno));
@@ -101,7 +96,7 @@ Result<std::unique_ptr<Exporter>> Exporter::Start(ExporterOptions options, Sourc
     self->http_done_ = true;
   });
   e->collect_thread_ = std::thread([self] { self->Loop(); });
-  spdlog::info("metrics: serving /metrics on {}:{} every {} ms", host, e->port_,
+  spdlog::info("metrics: serving /metrics on {}:{} every {} ms", host.empty() ? "*" : host, e->port_,
                e->options_.interval.count());
   return e;
 }

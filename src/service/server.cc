@@ -448,18 +448,19 @@ void Server::ProbeRoutes(httplib::Server& s) {
 
 namespace {
 
+// A host as it is written in a URL: IPv6 in brackets, every address as [::].
+std::string UrlHost(const std::string& host) {
+  if (host.empty()) return "[::]";
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
 // Binds `s` to host:port (0: any free port); the port bound.
 Result<int> Bind(httplib::Server& s, const std::string& host, int port, const char* what) {
-  if (port == 0) {
-    const int bound = s.bind_to_any_port(host);
-    if (bound <= 0) return Unavailable(std::string("cannot bind ") + what + " on " + host + ", any port");
-    return bound;
-  }
-  if (!s.bind_to_port(host.c_str(), port)) {
-    return Unavailable(std::string("cannot bind ") + what + " " + host + ":" + std::to_string(port) +
-                       " (in use, or not permitted)");
-  }
-  return port;
+  const int bound = http::BindEveryAddress(s, host, port);
+  if (bound > 0) return bound;
+  const std::string where = (host.empty() || host == "::" ? "every address" : host) + ", port " +
+                            (port == 0 ? std::string("any") : std::to_string(port));
+  return Unavailable(std::string("cannot bind ") + what + " on " + where + " (in use, or not permitted)");
 }
 
 }  // namespace
@@ -488,7 +489,7 @@ Status Server::Start() {
     if (!probe.ok()) return probe.status();
     probe_port_ = *probe;
     probe_listener_ = std::thread([this] { probe_http_->listen_after_bind(); });
-    spdlog::info("probes (/healthz /readyz /metrics) also on http://{}:{}", options_.host, probe_port_);
+    spdlog::info("probes (/healthz /readyz /metrics) also on http://{}:{}", UrlHost(options_.host), probe_port_);
   }
   listener_ = std::thread([this] { http_->listen_after_bind(); });
   // httplib's stop() does nothing to a server whose listener has not begun
@@ -498,7 +499,7 @@ Status Server::Start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   spdlog::info("serving on http://{}:{} ({} render workers, queue {}, deadline {} ms)",
-               options_.host, port_, queue_->workers(), queue_->capacity(),
+               UrlHost(options_.host), port_, queue_->workers(), queue_->capacity(),
                options_.deadline.count());
   return Status::Ok();
 }

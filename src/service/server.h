@@ -45,7 +45,7 @@ class Server;
 namespace danqing::service {
 
 struct ServerOptions {
-  std::string host = "0.0.0.0";
+  std::string host = "::";  // every address, IPv6 and IPv4
   int port = 8080;                            // 0: any free port (see Server::port())
   size_t workers = 0;                         // render workers; 0: the number of cores
   size_t queue_capacity = 0;                  // waiting renders; 0: 2 x workers

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -701,6 +702,32 @@ TEST(ExporterTest, OverlongRequestsAndBodiesAreRefusedUnread) {
   const std::string body = Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", 0);
   EXPECT_THAT(body, ::testing::StartsWith("HTTP/1.1 413")) << body.substr(0, 200);
   EXPECT_EQ(test::Get(port).status, 200) << "still serving";
+}
+
+// The default address (":9400", no host) is every address: IPv4 and IPv6
+// clients both reach it, so the kubelet's probes work on IPv6 clusters.
+TEST(ExporterTest, NoHostListensOnIpv4AndIpv6) {
+  ExporterOptions o;
+  o.listen = ":0";
+  auto ex = Exporter::Start(o, {});
+  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
+  EXPECT_EQ(test::Get((*ex)->port()).status, 200) << "IPv4";
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) GTEST_SKIP() << "no IPv6 in this kernel";
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_port = htons(static_cast<uint16_t>((*ex)->port()));
+  addr.sin6_addr = in6addr_loopback;
+  const bool v6 = ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  const int error = errno;
+  ::close(probe);
+  if (!v6 && error == EADDRNOTAVAIL) GTEST_SKIP() << "no IPv6 loopback here";
+  EXPECT_TRUE(v6) << "IPv6: " << std::strerror(error);
+  httplib::Client c6("::1", (*ex)->port());
+  c6.set_connection_timeout(5);
+  auto res = c6.Get("/healthz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
 }
 
 TEST(ExporterTest, NoSourcesServesAgentMetricsOnly) {

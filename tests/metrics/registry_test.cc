@@ -297,7 +297,7 @@ TEST(DeviceIdTest, Replicas) {
 }
 
 TEST(ListenAddressTest, Forms) {
-  EXPECT_EQ(*ParseListenAddress(":9400"), std::make_pair(std::string("0.0.0.0"), 9400));
+  EXPECT_EQ(*ParseListenAddress(":9400"), std::make_pair(std::string(""), 9400));  // every address
   EXPECT_EQ(*ParseListenAddress("127.0.0.1:0"), std::make_pair(std::string("127.0.0.1"), 0));
   EXPECT_EQ(*ParseListenAddress("[::1]:9400"), std::make_pair(std::string("::1"), 9400));
   for (const char* bad : {"9400", "host:", "host:abc", ":70000", "::1:9400", ":-1", ":94x"}) {

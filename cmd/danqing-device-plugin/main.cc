@@ -21,6 +21,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "agent/agent.h"
 #include "agent/doctor.h"
@@ -168,7 +170,22 @@ int main(int argc, char** argv) {
                 "and print each finding with a fix; exit 1 when something failed");
 
   try {
-    app.parse(argc, argv);
+    // "--name=" with nothing after the "=" is an empty value (NVIDIA's
+    // command line takes it so, e.g. --node-features-file= for no labels);
+    // CLI11 would take the next argument as the value instead. Given apart,
+    // "--name" and "", it takes the empty string. CLI11 wants the arguments
+    // last first.
+    std::vector<std::string> args;
+    for (int i = argc - 1; i >= 1; --i) {
+      const std::string_view a = argv[i];
+      if (a.size() > 3 && a.starts_with("--") && a.ends_with('=') && a.find('=') == a.size() - 1) {
+        args.emplace_back();
+        args.emplace_back(a.substr(0, a.size() - 1));
+      } else {
+        args.emplace_back(a);
+      }
+    }
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;

@@ -58,4 +58,22 @@ TEST(CliTest, AConfigFileThatCannotBeReadIsAConfigurationError) {
   EXPECT_THAT(r.out, HasSubstr("/nonexistent/config.yaml"));
 }
 
+// "--name=" is an empty value, not "take the next argument", as on NVIDIA's
+// command line: --node-features-file= turns the labels off.
+TEST(CliTest, AnEmptyValueAfterTheEqualsSignIsEmpty) {
+  FakeNode node("a100-8x-nvswitch");
+  const std::string lib = "--nvml-lib=" + danqing::testing::FakeNvmlLibrary();
+  auto r = RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--config-file=", "--node-features-file=", lib, "gpus",
+                       "--json", "--no-sensors", "--log-level=error"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["gpus"].size(), 8u);
+  // Last on the line too.
+  auto last = RunCommand({DANQING_DEVICE_PLUGIN_BIN, lib, "gpus", "--json", "--no-sensors", "--config-file="});
+  EXPECT_EQ(last.exit_code, 0) << last.out;
+  // An empty value where one is needed is still an error, naming the flag.
+  auto bad = RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--mig-strategy=", lib, "gpus"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.out, HasSubstr("flag --mig-strategy=\"\""));
+}
+
 }  // namespace

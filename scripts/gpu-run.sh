@@ -9,9 +9,15 @@
 #   scripts/gpu-bundle.sh (.gpu: bin/, lib/, data/, font/), for a machine
 #   without the project's build dependencies. Logs also go to $OUT when set.
 # Exit status: 0 when every check passed and the parity test really ran.
+#
+# Made for the device tool (one command of at most 600 s, 8 files back, the
+# last 12,000 characters of output): the steps run most important first, each
+# under its own timeout; the logs go back as one archive ($OUT/gpu-run-logs.tgz)
+# and the figures that matter are printed again at the end (summary.txt).
 set -uo pipefail
 DIR=$(cd "${1:?usage: scripts/gpu-run.sh DIR}" && pwd) || exit 2
-LOG=${OUT:-/tmp}/gpu-run
+LOG=/tmp/gpu-run
+rm -rf "$LOG"
 mkdir -p "$LOG"
 
 find_bin() {  # a binary by name: DIR/bin, DIR/tests, DIR/bench, DIR
@@ -48,9 +54,22 @@ passed() { grep -F "[       OK ] $1 " "$2" >/dev/null; }
 step "nvidia-smi"
 nvidia-smi || echo "nvidia-smi failed (no driver?)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current --format=csv || true
+env | grep -E '^(NVIDIA|CUDA)_' || true
+# A runtime that injects the GPU through CDI may leave NVIDIA_VISIBLE_DEVICES
+# at "void", which the backend reads as "no GPU": then nothing would run on it.
+case "${NVIDIA_VISIBLE_DEVICES:-}" in
+  void|none)
+    if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+      echo "gpu-run: NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES but nvidia-smi lists a GPU: unset for this run"
+      unset NVIDIA_VISIBLE_DEVICES
+      notes="$notes; NVIDIA_VISIBLE_DEVICES=void was unset"
+    fi ;;
+esac
 
 step "backend and parity tests (GpuParityTest must RUN, not skip)"
-"$BACKEND_TEST" --gtest_color=no 2>&1 | tee "$LOG/render_backend_test.log" || rc=1
+timeout 180 "$BACKEND_TEST" --gtest_color=no > "$LOG/render_backend_test.log" 2>&1 || rc=1
+grep -E "PSNR|\\[  (FAILED|SKIPPED) \\]|CUDA|budget" "$LOG/render_backend_test.log" | head -40
+tail -3 "$LOG/render_backend_test.log"
 for t in GpuParityTest.GpuMatchesCpuWithin40dB GpuParityTest.BudgetLimitsAndConcurrentRenders; do
   if ! passed "$t" "$LOG/render_backend_test.log" || grep -F "SKIPPED ] $t" "$LOG/render_backend_test.log" >/dev/null; then
     echo "FAIL: $t did not run and pass: no usable GPU?"
@@ -59,42 +78,30 @@ for t in GpuParityTest.GpuMatchesCpuWithin40dB GpuParityTest.BudgetLimitsAndConc
 done
 
 step "renderer tests on the GPU backend (DANQING_RENDER_BACKEND=gpu)"
-DANQING_RENDER_BACKEND=gpu "$RENDER_TEST" --gtest_color=no \
+DANQING_RENDER_BACKEND=gpu timeout 150 "$RENDER_TEST" --gtest_color=no \
   --gtest_filter='RenderTest.SameSeed*:RenderTest.OddInputs*:RenderTest.EightK*:RenderTest.Concurrent*:RenderTest.Photo*' \
-  2>&1 | tee "$LOG/render_test_gpu.log" | tail -15 || rc=1
+  > "$LOG/render_test_gpu.log" 2>&1 || rc=1
+tail -4 "$LOG/render_test_gpu.log"
 if grep -F "runs on the CPU" "$LOG/render_test_gpu.log" >/dev/null; then
   echo "FAIL: renders fell back to the CPU:"
   grep -F "runs on the CPU" "$LOG/render_test_gpu.log" | head -5
   rc=1
 fi
 
-SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [ -n "$SANITIZER" ]; then
-  step "compute-sanitizer memcheck: concurrent renders under a budget, odd canvas sizes"
-  timeout 240 "$SANITIZER" --tool memcheck --error-exitcode 9 --print-limit 20 \
-    "$BACKEND_TEST" --gtest_color=no --gtest_filter='GpuParityTest.BudgetLimitsAndConcurrentRenders' \
-    2>&1 | tee "$LOG/memcheck_backend.log" | tail -8 || rc=1
-  DANQING_RENDER_BACKEND=gpu timeout 240 "$SANITIZER" --tool memcheck --error-exitcode 9 --print-limit 20 \
-    "$RENDER_TEST" --gtest_color=no --gtest_filter='RenderTest.OddInputs*:RenderTest.SameSeed*' \
-    2>&1 | tee "$LOG/memcheck_render.log" | tail -8 || rc=1
-else
-  echo "compute-sanitizer not found: memcheck skipped"
-  notes="$notes; memcheck NOT run (no compute-sanitizer)"
-fi
-
 step "GPU benchmark (1080p, 4K; 1/4/16 concurrent; GPU vs CPU)"
-"$BENCH" --renders 16 2>&1 | tee "$LOG/render_gpu_bench.log" || rc=1
+timeout 200 "$BENCH" --renders 16 2>&1 | tee "$LOG/render_gpu_bench.log" || rc=1
 step "host share on this machine's CPU (the passes skipped): the floor of a GPU render"
-"$BENCH" --host-only --renders 40 2>&1 | tee "$LOG/render_host_share.log" || rc=1
+timeout 60 "$BENCH" --host-only --renders 40 > "$LOG/render_host_share.log" 2>&1 || rc=1
+tail -4 "$LOG/render_host_share.log"
 PHOTO="$DIR/photos/astronaut.jpg"
 [ -f "$PHOTO" ] || PHOTO="$(dirname "$0")/../tests/data/photos/astronaut.jpg"
 if [ -f "$PHOTO" ]; then
   step "GPU benchmark on a photo background (the service's usual case; its wash is made on the device)"
-  "$BENCH" --renders 8 --photo "$PHOTO" 2>&1 | tee "$LOG/render_gpu_bench_photo.log" || rc=1
-  step "host share of a photo render on this machine's CPU"
-  "$BENCH" --host-only --renders 20 --photo "$PHOTO" 2>&1 | tee "$LOG/render_host_share_photo.log" || rc=1
+  timeout 90 "$BENCH" --renders 8 --photo "$PHOTO" > "$LOG/render_gpu_bench_photo.log" 2>&1 || rc=1
+  grep -E "^(gpu|cpu|back)" "$LOG/render_gpu_bench_photo.log" | head -20
   step "GPU benchmark on a 12 MP phone-size photo (synthetic; its 27 MB window is uploaded per render)"
-  "$BENCH" --renders 8 --photo-size 4000x3000 2>&1 | tee "$LOG/render_gpu_bench_photo12mp.log" || rc=1
+  timeout 90 "$BENCH" --renders 8 --photo-size 4000x3000 > "$LOG/render_gpu_bench_photo12mp.log" 2>&1 || rc=1
+  grep -E "^(gpu|back)" "$LOG/render_gpu_bench_photo12mp.log" | head -20
 else
   echo "no test photo found: photo rows skipped"
   notes="$notes; photo rows NOT run"
@@ -103,13 +110,53 @@ fi
 TRANSFER=$(find_bin transfer_bench 2>/dev/null) || TRANSFER=""
 if [ -n "$TRANSFER" ]; then
   step "PCIe copies of a render: pageable (the backend now) against pinned"
-  "$TRANSFER" 2>&1 | tee "$LOG/transfer_bench.log" || rc=1
+  timeout 60 "$TRANSFER" > "$LOG/transfer_bench.log" 2>&1 || rc=1
+  tail -12 "$LOG/transfer_bench.log"
 else
   notes="$notes; transfer_bench NOT run (not built)"
 fi
 
+# Last: the sanitizer is the slowest step, and some container runtimes
+# (gVisor) refuse it ("Device not supported", then error 999 at the first
+# allocation). A tiny probe tells that apart from a finding in our code.
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$SANITIZER" ]; then
+  step "compute-sanitizer memcheck: concurrent renders under a budget, odd canvas sizes"
+  timeout 60 "$SANITIZER" --tool memcheck "$BACKEND_TEST" --gtest_color=no \
+    --gtest_filter='BackendTest.DeviceMemoryPerRender' > "$LOG/memcheck_probe.log" 2>&1
+  if grep -E "Device not supported|error 999|CUDA_ERROR_UNKNOWN" "$LOG/memcheck_probe.log" >/dev/null; then
+    echo "compute-sanitizer cannot run in this runtime:"
+    grep -E "Device not supported|error 999|CUDA_ERROR_UNKNOWN" "$LOG/memcheck_probe.log" | head -3
+    notes="$notes; memcheck NOT run (the runtime refuses compute-sanitizer)"
+  else
+    timeout 120 "$SANITIZER" --tool memcheck --error-exitcode 9 --print-limit 20 \
+      "$BACKEND_TEST" --gtest_color=no --gtest_filter='GpuParityTest.BudgetLimitsAndConcurrentRenders' \
+      > "$LOG/memcheck_backend.log" 2>&1 || rc=1
+    tail -4 "$LOG/memcheck_backend.log"
+    DANQING_RENDER_BACKEND=gpu timeout 120 "$SANITIZER" --tool memcheck --error-exitcode 9 --print-limit 20 \
+      "$RENDER_TEST" --gtest_color=no --gtest_filter='RenderTest.OddInputs*:RenderTest.SameSeed*' \
+      > "$LOG/memcheck_render.log" 2>&1 || rc=1
+    tail -4 "$LOG/memcheck_render.log"
+  fi
+else
+  echo "compute-sanitizer not found: memcheck skipped"
+  notes="$notes; memcheck NOT run (no compute-sanitizer)"
+fi
+
 step "nvidia-smi after"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv || true
-echo
-echo "gpu-run: $([ $rc -eq 0 ] && echo PASSED || echo FAILED)${notes} (logs in $LOG)"
+
+# The figures again, together, where the tool's output tail keeps them.
+{
+  echo "== summary"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
+  grep -h "PSNR" "$LOG/render_backend_test.log" 2>/dev/null | head -12
+  grep -h "\\[  FAILED  \\]" "$LOG"/*.log 2>/dev/null | sort -u | head -10
+  grep -E "^(CUDA|back|gpu|cpu) " "$LOG/render_gpu_bench.log" 2>/dev/null | head -20
+  echo "gpu-run: $([ $rc -eq 0 ] && echo PASSED || echo FAILED)${notes}"
+} | tee "$LOG/summary.txt"
+if [ -n "${OUT:-}" ]; then
+  cp "$LOG/summary.txt" "$OUT/summary.txt"
+  tar czf "$OUT/gpu-run-logs.tgz" -C /tmp gpu-run
+fi
 exit $rc

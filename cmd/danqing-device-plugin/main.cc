@@ -52,6 +52,14 @@ int Fail(const danqing::Status& st) {
   return ExitCodeFor(st);
 }
 
+// Whether `name` (without "--") is a boolean flag of the configuration table.
+bool IsBoolFlag(std::string_view name) {
+  for (const auto& spec : danqing::config::FlagTable()) {
+    if (spec.kind == danqing::config::FlagKind::kBool && (spec.name == name || spec.alias == name)) return true;
+  }
+  return false;
+}
+
 // Registers every flag of the configuration table (NVIDIA's names plus
 // Danqing's) so that its value lands in `cl`.
 void AddConfigFlags(CLI::App& app, danqing::config::CommandLine& cl) {
@@ -175,10 +183,12 @@ int main(int argc, char** argv) {
     // CLI11 would take the next argument as the value instead. Given apart,
     // "--name" and "", it takes the empty string. CLI11 wants the arguments
     // last first.
+    app.name(argc > 0 ? argv[0] : "danqing-device-plugin");  // parse(vector) takes no program name
     std::vector<std::string> args;
     for (int i = argc - 1; i >= 1; --i) {
       const std::string_view a = argv[i];
-      if (a.size() > 3 && a.starts_with("--") && a.ends_with('=') && a.find('=') == a.size() - 1) {
+      if (a.size() > 3 && a.starts_with("--") && a.ends_with('=') && a.find('=') == a.size() - 1 &&
+          !IsBoolFlag(a.substr(2, a.size() - 3))) {
         args.emplace_back();
         args.emplace_back(a.substr(0, a.size() - 1));
       } else {

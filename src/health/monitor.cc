@@ -1,5 +1,7 @@
 #include "health/monitor.h"
 
+#include <cstdlib>
+
 #include <spdlog/spdlog.h>
 
 namespace danqing::health {
@@ -64,10 +66,23 @@ void Monitor::SetInventory(const gpu::NodeInventory& inventory) {
 }
 
 void Monitor::CarryFrom(const Monitor& previous) {
+  // A condition this monitor's policy would not raise is left behind: with
+  // the checks switched off ("all"), or an XID now ignored, the operator
+  // asked for those GPUs back.
+  const auto still_raised = [this](const std::string& name) {
+    if (name.rfind("xid-", 0) == 0) {
+      const uint64_t xid = std::strtoull(name.c_str() + 4, nullptr, 10);
+      return options_.policy.Classify(xid) != XidAction::kIgnore;
+    }
+    return options_.policy.polled_checks();  // polled conditions, and the ECC events gated with them
+  };
   for (auto& [uuid, d] : devices_) {
     const auto it = previous.devices_.find(uuid);
     if (it == previous.devices_.end()) continue;
-    d.conditions = it->second.conditions;
+    d.conditions.clear();
+    for (const auto& [name, c] : it->second.conditions) {
+      if (still_raised(name)) d.conditions.emplace(name, c);
+    }
     d.xid_counts = it->second.xid_counts;
     d.last_xid = it->second.last_xid;
     d.last_ecc_uncorrected = it->second.last_ecc_uncorrected;

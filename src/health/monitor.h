@@ -82,7 +82,8 @@ class Monitor {
   // Takes over `previous`'s state (conditions, XID counts, poll memory,
   // transition counts) for the devices tracked here: a monitor that replaces
   // another (new options, a new NVML library) does not make a GPU that needs
-  // a reset healthy. Call after SetInventory.
+  // a reset healthy. Conditions this monitor's policy would not raise (checks
+  // switched off, an XID now ignored) are not carried. Call after SetInventory.
   void CarryFrom(const Monitor& previous);
 
   // Each returns true when some device's conditions changed (its health or

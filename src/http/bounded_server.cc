@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -63,6 +64,7 @@ class BoundedStream final : public httplib::Stream {
     in_headers_ = true;
     header_bytes_ = body_bytes_ = 0;
     line_length_ = 0;
+    last_was_cr_ = false;
   }
   bool buffered() const { return off_ < len_; }
   bool over_limit() const { return over_limit_; }
@@ -127,14 +129,17 @@ class BoundedStream final : public httplib::Stream {
   // client is told so and the stream fails.
   size_t Headers(size_t n) {
     size_t take = 0;
+    // httplib ends the headers only at a line that is exactly CR LF (it
+    // skips a bare LF line and reads on): so does the count.
     while (take < n && in_headers_) {
       const char c = buf_[off_ + take++];
       if (c == '\n') {
-        if (line_length_ == 0) in_headers_ = false;  // the empty line
+        if (line_length_ == 1 && last_was_cr_) in_headers_ = false;  // the empty line
         line_length_ = 0;
-      } else if (c != '\r') {
+      } else {
         ++line_length_;
       }
+      last_was_cr_ = c == '\r';
     }
     header_bytes_ += take;
     if (header_bytes_ > max_header_bytes_) {
@@ -158,7 +163,8 @@ class BoundedStream final : public httplib::Stream {
   size_t off_ = 0;
   size_t len_ = 0;
   bool in_headers_ = true;
-  size_t line_length_ = 0;
+  size_t line_length_ = 0;  // bytes of the current line so far
+  bool last_was_cr_ = false;
   size_t header_bytes_ = 0;
   size_t body_bytes_ = 0;
   bool over_limit_ = false;
@@ -197,10 +203,10 @@ std::optional<BodyRefusal> RefuseBody(const httplib::Request& req, size_t max_bo
     return BodyRefusal{415, "send the upload uncompressed (Content-Encoding " + ce + " is not accepted)",
                        "encoding"};
   }
+  // The methods whose body httplib reads, with or without a length.
+  const bool body_read = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                         req.method == "DELETE" || req.method == "PRI";
   if (!req.has_header("Content-Length")) {
-    // The methods whose body httplib reads, with or without a length.
-    const bool body_read = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
-                           req.method == "DELETE" || req.method == "PRI";
     if (!body_read) return std::nullopt;
     return BodyRefusal{411, "send the upload with a Content-Length", "encoding"};
   }
@@ -209,6 +215,10 @@ std::optional<BodyRefusal> RefuseBody(const httplib::Request& req, size_t max_bo
   const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), length);
   if (ec != std::errc() || end != cl.data() + cl.size()) {
     return BodyRefusal{400, "Content-Length '" + cl + "' is not a number", "encoding"};
+  }
+  if (!body_read && length > 0) {
+    // httplib leaves it unread, and would take it for the next request.
+    return BodyRefusal{400, "a " + req.method + " request takes no body", "encoding"};
   }
   if (length > max_body) {
     if (max_body == 0) return BodyRefusal{413, "this server takes no request body", "too_large"};
@@ -265,7 +275,9 @@ bool BoundedServer::NextRequestArrives(socket_t sock) const {
 }
 
 bool BoundedServer::process_and_close_socket(socket_t sock) {
-  const size_t max_body = payload_max_length_ + max_header_bytes_;
+  // Saturating: httplib's default payload limit is the largest size_t.
+  const size_t max_body = payload_max_length_ > SIZE_MAX - max_header_bytes_ ? SIZE_MAX
+                                                                             : payload_max_length_ + max_header_bytes_;
   BoundedStream strm(sock, TimeoutMs(read_timeout_sec_, read_timeout_usec_),
                      TimeoutMs(write_timeout_sec_, write_timeout_usec_), max_header_bytes_, max_body);
   bool ok = false;

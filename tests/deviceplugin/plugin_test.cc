@@ -27,6 +27,7 @@
 #include "gpu/nvml_backend.h"
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
+#include "testing/support/temp_dir.h"
 
 namespace danqing::deviceplugin {
 namespace {
@@ -47,14 +48,14 @@ bool Exists(const std::string& p) {
 class PluginTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int n = 0;
-    dir_ = "/tmp/dqp-" + std::to_string(getpid()) + "-" + std::to_string(n++);
-    std::filesystem::create_directories(dir_);
+    tmp_ = std::make_unique<danqing::testing::TempDir>();
+    dir_ = tmp_->path();
+    ASSERT_FALSE(dir_.empty()) << "cannot make a directory under /tmp";
   }
   void TearDown() override {
     manager_.reset();
     kubelet_.reset();
-    std::filesystem::remove_all(dir_);
+    tmp_.reset();
   }
 
   // Loads a node profile through the fake NVML and builds its resources.
@@ -115,6 +116,7 @@ class PluginTest : public ::testing::Test {
     });
   }
 
+  std::unique_ptr<danqing::testing::TempDir> tmp_;
   std::string dir_;
   std::unique_ptr<FakeNode> node_;
   gpu::NodeInventory inventory_;

@@ -23,6 +23,7 @@
 #include "metrics/agent_metrics.h"
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
+#include "testing/support/temp_dir.h"
 
 namespace danqing {
 namespace {
@@ -59,9 +60,9 @@ bool OnlySick(const Devices& devs, const std::vector<std::string>& sick) {
 class HealthAgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/dqh-" + std::to_string(getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::create_directories(dir_);
+    tmp_ = std::make_unique<testing::TempDir>();
+    dir_ = tmp_->path();
+    ASSERT_FALSE(dir_.empty()) << "cannot make a directory under /tmp";
     kubelet_ = std::make_unique<KubeletEmulator>(dir_);
     ASSERT_TRUE(kubelet_->Start().ok());
   }
@@ -69,7 +70,7 @@ class HealthAgentTest : public ::testing::Test {
     if (agent_) agent_->Stop();
     agent_.reset();
     kubelet_.reset();
-    std::filesystem::remove_all(dir_);
+    tmp_.reset();
   }
 
   config::Config Config(std::string_view yaml = "version: v1\n") {
@@ -105,6 +106,7 @@ class HealthAgentTest : public ::testing::Test {
     return reply.substr(at + 8, reply.find('"', at + 8) - at - 8);
   }
 
+  std::unique_ptr<testing::TempDir> tmp_;
   std::string dir_;
   std::unique_ptr<KubeletEmulator> kubelet_;
   std::unique_ptr<agent::Agent> agent_;

@@ -147,6 +147,25 @@ TEST_F(MonitorTest, AMonitorThatReplacesAnotherCarriesItsConditions) {
   }
 }
 
+TEST_F(MonitorTest, ConditionsTheNewPolicyWouldNotRaiseAreNotCarried) {
+  EXPECT_TRUE(monitor_.OnEvent(Xid(kGpu0, 79), t0_));
+  EXPECT_TRUE(monitor_.OnPoll(kGpu1, Status(StatusCode::kDeviceLost, "GPU is lost"), t0_));
+  // The operator switches the checks off ("all"): both GPUs come back.
+  MonitorOptions off = Options();
+  off.policy = *XidPolicy::Make("all", "", {});
+  Monitor next(off);
+  next.SetInventory(Inventory());
+  next.CarryFrom(monitor_);
+  EXPECT_TRUE(next.Unhealthy().empty());
+  // XID 79 ignored by name, the lost GPU still checked: only that one stays.
+  MonitorOptions some = Options();
+  some.policy = *XidPolicy::Make("79", "", {});
+  Monitor third(some);
+  third.SetInventory(Inventory());
+  third.CarryFrom(monitor_);
+  EXPECT_THAT(third.Unhealthy(), ElementsAre(Pair(kGpu1, "gpu-lost")));
+}
+
 TEST_F(MonitorTest, ApplicationXidIsCountedButIgnored) {
   EXPECT_FALSE(monitor_.OnEvent(Xid(kGpu0, 13), t0_));
   EXPECT_THAT(monitor_.Unhealthy(), IsEmpty());

@@ -421,6 +421,14 @@ TEST_F(ServiceTest, UploadsOfUnknownOrTooLargeLengthAreRefusedUnread) {
   EXPECT_THAT(asked, ::testing::StartsWith("HTTP/1.1 413")) << asked.substr(0, 300);
   EXPECT_THAT(asked, Not(HasSubstr("100 Continue")));
 
+  // httplib does not read a GET's body: it would be taken for a second
+  // request (smuggled past a proxy). Refused, and the connection closed.
+  const std::string get_body = RawExchange(
+      port, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(get_body, ::testing::StartsWith("HTTP/1.1 400")) << get_body.substr(0, 300);
+  EXPECT_THAT(get_body, HasSubstr("takes no body"));
+  EXPECT_EQ(Responses(get_body), 1u) << get_body;
+
   const std::string bad_length =
       RawExchange(port, "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Length: 12ab\r\n\r\n");
   EXPECT_THAT(bad_length, ::testing::StartsWith("HTTP/1.1 400")) << bad_length.substr(0, 300);
@@ -466,6 +474,9 @@ TEST_F(ServiceTest, OverlongRequestLinesAndHeadersAreCutOff) {
   EXPECT_THAT(line, HasSubstr("too long"));
   const std::string header = Flood(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Long: ", 8u << 20);
   EXPECT_THAT(header, ::testing::StartsWith("HTTP/1.1 431")) << header.substr(0, 300);
+  // A bare LF line does not end httplib's headers, nor the count of them.
+  const std::string bare_lf = Flood(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\nX-Long: ", 8u << 20);
+  EXPECT_THAT(bare_lf, ::testing::StartsWith("HTTP/1.1 431")) << bare_lf.substr(0, 300);
   // Many short headers count too.
   std::string many = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
   while (many.size() < 80 * 1024) many += "X-A: b\r\n";
@@ -534,7 +545,11 @@ TEST(ServiceProbeTest, ProbePortRefusesBodies) {
   EXPECT_EQ(Responses(no_length), 1u);
   const std::string with_body =
       RawExchange(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789");
-  EXPECT_THAT(with_body, ::testing::StartsWith("HTTP/1.1 413")) << with_body.substr(0, 200);
+  EXPECT_THAT(with_body, ::testing::StartsWith("HTTP/1.1 400")) << with_body.substr(0, 200);
+  EXPECT_THAT(with_body, HasSubstr("takes no body"));
+  const std::string post_body =
+      RawExchange(port, "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789");
+  EXPECT_THAT(post_body, ::testing::StartsWith("HTTP/1.1 413")) << post_body.substr(0, 200);
   httplib::Client probes("127.0.0.1", port);
   auto ok = probes.Get("/healthz");
   ASSERT_TRUE(ok);

@@ -152,7 +152,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
   grep -h "PSNR" "$LOG/render_backend_test.log" 2>/dev/null | head -12
   grep -h "\\[  FAILED  \\]" "$LOG"/*.log 2>/dev/null | sort -u | head -10
-  grep -E "^(CUDA|back|gpu|cpu) " "$LOG/render_gpu_bench.log" 2>/dev/null | head -20
+  grep -E "^(CUDA:|back |gpu |cpu )" "$LOG/render_gpu_bench.log" 2>/dev/null | head -20
   echo "gpu-run: $([ $rc -eq 0 ] && echo PASSED || echo FAILED)${notes}"
 } | tee "$LOG/summary.txt"
 if [ -n "${OUT:-}" ]; then

@@ -7,6 +7,7 @@
 
 #include "agent/labels.h"
 #include "common/read_file.h"
+#include "deviceplugin/cdi_driver.h"
 #include "metrics/agent_metrics.h"
 #include "gpu/nvml_backend.h"
 
@@ -32,10 +33,8 @@ std::string NvmlLibraryFor(const config::Config& cfg) {
   if (!cfg.danqing.nvml_lib.empty()) return cfg.danqing.nvml_lib;
   const std::string& root = cfg.flags.plugin.container_driver_root;
   if (root.empty() || root == "/") return {};
-  // The library directories of the distributions drivers are built for.
-  for (const char* dir : {"/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64",
-                          "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib"}) {
-    const std::string path = root + dir + "/libnvidia-ml.so.1";
+  for (std::string_view dir : deviceplugin::kDriverLibraryDirs) {
+    const std::string path = root + std::string(dir) + "/libnvidia-ml.so.1";
     if (::access(path.c_str(), R_OK) == 0) return path;
   }
   return {};
@@ -101,6 +100,9 @@ deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg) {
   a.pass_device_specs = cfg.flags.plugin.pass_device_specs;
   a.dev_root = cfg.flags.nvidia_dev_root.empty() ? cfg.flags.nvidia_driver_root : cfg.flags.nvidia_dev_root;
   a.cdi_annotation_prefix = cfg.flags.plugin.cdi_annotation_prefix;
+  a.driver_root_local = cfg.flags.plugin.container_driver_root;
+  a.driver_root_host = cfg.flags.nvidia_driver_root;
+  a.cdi_hook_path = cfg.flags.plugin.nvidia_ctk_path;
   a.mig_cap_minors = ReadMigCapMinors();
   return m;
 }

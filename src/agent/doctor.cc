@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "common/read_file.h"
+#include "deviceplugin/cdi_driver.h"
 #include "health/monitor.h"
 #include "metrics/exporter.h"
 
@@ -240,6 +241,27 @@ void CheckGpus(const config::Config& cfg, const BackendFactory& factory, Finding
     f.Add(Level::kFail, "device nodes", "missing: " + list,
           "load the driver's modules (nvidia, nvidia-uvm: `nvidia-modprobe -u -c=0`) and, when the agent "
           "runs in a pod, mount /dev or set --nvidia-dev-root to where they are");
+  }
+
+  // The driver's files the CDI spec carries (cdi-* strategies only).
+  if (UsesCdi(cfg)) {
+    const deviceplugin::DriverFiles files = deviceplugin::FindDriverFiles(
+        {cfg.flags.plugin.container_driver_root, cfg.flags.nvidia_driver_root, inv->driver_version});
+    if (files.library_dir.empty()) {
+      std::string why;
+      for (const auto& w : files.warnings) why += (why.empty() ? "" : "; ") + w;
+      f.Add(Level::kWarn, "CDI driver files", "the CDI spec will list device nodes only: " + why,
+            "mount the host's driver root read-only at --container-driver-root (deploy/overlays/cdi), with "
+            "--nvidia-driver-root its path on the host; without it pods get the driver only from the NVIDIA "
+            "runtime");
+    } else {
+      f.Add(Level::kOk, "CDI driver files",
+            std::to_string(files.mounts.size()) + (files.mounts.size() == 1 ? " file" : " files") + " of driver " + inv->driver_version + " (libraries in " +
+                files.library_dir + ") under " + cfg.flags.plugin.container_driver_root +
+                "; hooks run by " +
+                (cfg.flags.plugin.nvidia_ctk_path.empty() ? "nobody (nvidiaCTKPath is empty)"
+                                                          : cfg.flags.plugin.nvidia_ctk_path + " on the host"));
+    }
   }
 
   // Events.

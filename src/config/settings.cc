@@ -31,10 +31,6 @@ constexpr std::string_view kIgnoredCdiFeatureFlags =
 constexpr std::string_view kIgnoredGfd =
     "a GPU feature discovery setting; Danqing does not run GFD";
 constexpr std::string_view kIgnoredImex = "Danqing does not inject IMEX channels";
-constexpr std::string_view kIgnoredCtkPath =
-    "Danqing's CDI spec lists the device nodes only, with no nvidia-ctk hooks; the driver libraries "
-    "come from the NVIDIA container runtime";
-
 // --- Setters for enum-like and list settings --------------------------------
 
 std::string SetMigStrategy(Config& c, std::string_view t) {
@@ -235,17 +231,18 @@ std::vector<Setting> BuildTable() {
        .env = "NVIDIA_CTK_PATH",
        .env_alias = "NVIDIA_CDI_HOOK_PATH",
        .command_line = &CL::nvidia_ctk_path,
-       .help = "Path of nvidia-ctk (the CDI hook) written into generated CDI specs",
+       .help = "Host path of the CDI hook (nvidia-ctk or nvidia-cdi-hook) written into the CDI spec; "
+               "empty: no hooks",
        .binding =
-           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; }},
-       .ignored_reason = kIgnoredCtkPath},
+           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; }}},
       {.path = "flags.plugin.containerDriverRoot",
        .flag = "container-driver-root",
        .flag_alias = "driver-root-ctr-path",
        .env = "CONTAINER_DRIVER_ROOT",
        .env_alias = "DRIVER_ROOT_CTR_PATH",
        .command_line = &CL::container_driver_root,
-       .help = "Where the host's driver root is mounted inside this container (NVML is loaded from there)",
+       .help = "Where the host's driver root is mounted inside this container (NVML is loaded, and the "
+               "CDI spec's driver files found, from there)",
        .binding = StringField{[](Config& c) -> std::string& {
          return c.flags.plugin.container_driver_root;
        }}},

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/atomic_file.h"
+#include "deviceplugin/cdi_driver.h"
 
 namespace danqing::deviceplugin {
 namespace {
@@ -170,7 +171,8 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
   return resp;
 }
 
-Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root, const AllocateOptions& options) {
+Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root, const AllocateOptions& options,
+                    std::vector<std::string>* warnings) {
   const auto slash = options.cdi_kind.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == options.cdi_kind.size()) {
     return InvalidArgument("CDI kind '" + options.cdi_kind + "' is not vendor/class");
@@ -195,10 +197,17 @@ Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root, const A
   for (const auto& n : ControlNodes(options.dev_root)) {
     control.push_back({{"path", n}, {"hostPath", JoinPath(options.dev_root, n)}});
   }
+  nlohmann::json common = {{"deviceNodes", std::move(control)}};
+  if (!options.driver_root_local.empty()) {
+    const DriverFiles files = FindDriverFiles(
+        {.local = options.driver_root_local, .host = options.driver_root_host, .version = set.driver_version});
+    AddDriverEdits(files, options.cdi_hook_path, common);
+    if (warnings) warnings->insert(warnings->end(), files.warnings.begin(), files.warnings.end());
+  }
   const nlohmann::json spec = {{"cdiVersion", "0.6.0"},
                                {"kind", options.cdi_kind},
                                {"devices", std::move(devices)},
-                               {"containerEdits", {{"deviceNodes", std::move(control)}}}};
+                               {"containerEdits", std::move(common)}};
   std::string file_name = options.cdi_kind;
   file_name[slash] = '-';
   namespace fs = std::filesystem;

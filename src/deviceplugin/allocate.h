@@ -32,6 +32,11 @@ struct AllocateOptions {
   std::string cdi_annotation_prefix = "cdi.k8s.io/";
   std::string cdi_kind = "k8s.device-plugin.danqing.io/gpu";
   MigCapMinors mig_cap_minors;                 // for MIG device nodes; empty = none known
+  // CDI spec only: the driver files (see cdi_driver.h). `driver_root_local`
+  // empty = none (the spec lists device nodes alone).
+  std::string driver_root_local;               // containerDriverRoot
+  std::string driver_root_host = "/";          // nvidiaDriverRoot
+  std::string cdi_hook_path = "/usr/bin/nvidia-ctk";  // nvidiaCTKPath; empty = no hooks
 
   bool operator==(const AllocateOptions&) const = default;
 };
@@ -46,8 +51,12 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
     const Resource& resource, const std::vector<std::string>& ids, const AllocateOptions& options);
 
 // Writes the CDI spec for every device of `set` to
-// <cdi_root>/<vendor>-<class>.json (temp file + fsync + rename).
+// <cdi_root>/<vendor>-<class>.json (temp file + fsync + rename), with the
+// files of driver `set.driver_version` found under options.driver_root_local
+// in its common edits. What of the driver was not found goes to `warnings`
+// (when given): the spec is still written, and works under the NVIDIA
+// runtime, which adds the driver itself.
 Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root,
-                    const AllocateOptions& options);
+                    const AllocateOptions& options, std::vector<std::string>* warnings = nullptr);
 
 }  // namespace danqing::deviceplugin

@@ -186,6 +186,11 @@ void PluginManager::Apply(const std::shared_ptr<const ResourceSet>& set) {
 void PluginManager::ApplyLocked(const std::shared_ptr<const ResourceSet>& set) {
   const std::shared_ptr<const ResourceSet> previous = current_;
   current_ = set;
+  // The CDI spec first: a device the kubelet hears of may be allocated at
+  // once, and a runtime refuses a container whose CDI name no spec defines.
+  // It names devices, not their health: a health change leaves it as it is,
+  // and the hot path writes no file.
+  if (!cdi_written_ || previous == nullptr || !SameDevicesIgnoringHealth(*previous, *set)) WriteCdi(*set);
   for (const auto& r : set->resources) {
     auto it = entries_.find(r.name);
     if (it == entries_.end()) {
@@ -221,9 +226,6 @@ void PluginManager::ApplyLocked(const std::shared_ptr<const ResourceSet>& set) {
       ++it;
     }
   }
-  // The CDI spec names devices, not their health: a health change leaves it as
-  // it is, and the hot path writes no file.
-  if (!cdi_written_ || previous == nullptr || !SameDevicesIgnoringHealth(*previous, *set)) WriteCdi(*set);
 }
 
 // Caller holds mu_.
@@ -448,9 +450,16 @@ void PluginManager::HandleInotify() {
 void PluginManager::WriteCdi(const ResourceSet& set) {
   cdi_written_ = true;
   if (options_.cdi_root.empty() || !UsesCdi(options_.allocate)) return;
-  if (Status st = WriteCdiSpec(set, options_.cdi_root, options_.allocate); !st.ok()) {
+  std::vector<std::string> warnings;
+  if (Status st = WriteCdiSpec(set, options_.cdi_root, options_.allocate, &warnings); !st.ok()) {
     cdi_written_ = false;  // try again with the next snapshot
     spdlog::error("plugin: writing the CDI spec failed: {}", st.ToString());
+    return;
+  }
+  for (const auto& w : warnings) {
+    spdlog::warn("plugin: CDI spec without the driver's files: {}; a container given a GPU through CDI "
+                 "alone gets its device nodes but no CUDA driver (the NVIDIA runtime adds it)",
+                 w);
   }
 }
 

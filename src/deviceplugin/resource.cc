@@ -236,6 +236,7 @@ const Resource* ResourceSet::Find(std::string_view name) const {
 Result<std::shared_ptr<const ResourceSet>> BuildResources(const gpu::NodeInventory& inventory,
                                                           const ResourceOptions& options) {
   ResourceSet set;
+  set.driver_version = inventory.driver_version;
   if (Status st = PlaceDevices(inventory, options.mig_strategy, set.resources, set.warnings); !st.ok()) {
     return st;
   }

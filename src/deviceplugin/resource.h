@@ -81,6 +81,7 @@ struct ResourceSet {
   std::vector<Resource> resources;
   std::map<std::string, std::shared_ptr<const PreferredAllocator>> allocators;  // by name
   std::vector<std::string> warnings;  // e.g. MIG geometry that `single` cannot advertise
+  std::string driver_version;         // the inventory's, for the CDI spec's driver files
 
   const Resource* Find(std::string_view name) const;
 };

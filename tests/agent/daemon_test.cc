@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -265,6 +266,67 @@ TEST_F(DaemonTest, MissingDriverWithoutFailOnInitAdvertisesZero) {
   EXPECT_TRUE(kubelet.Devices("nvidia.com/gpu").empty());
   daemon.Signal(SIGTERM);
   EXPECT_EQ(daemon.Wait(10'000), 0);
+}
+
+// With a CDI strategy the spec carries the running driver's files, found
+// under containerDriverRoot and named by their path under nvidiaDriverRoot on
+// the host, and the hooks of nvidiaCTKPath: a CDI-only runtime then gives the
+// container a working CUDA driver, as with NVIDIA's plugin.
+TEST_F(DaemonTest, CdiSpecCarriesTheDriverFromTheContainerDriverRoot) {
+  FakeNode node("a100-8x-nvswitch");  // driver 550.54.15
+  const std::string root = dir_ + "/driver-root";
+  const std::string lib = "/usr/lib/x86_64-linux-gnu";
+  std::filesystem::create_directories(root + lib);
+  std::filesystem::create_directories(root + "/usr/bin");
+  for (const char* f : {"/libcuda.so.550.54.15", "/libnvidia-ml.so.550.54.15", "/libnvidia-ml.so.470.256.02"}) {
+    std::ofstream(root + lib + f) << "ELF";
+  }
+  std::ofstream(root + "/usr/bin/nvidia-smi") << "ELF";
+  std::ofstream(config_) << "version: v1\nflags:\n  nvidiaDriverRoot: /run/nvidia/driver\n"
+                            "  plugin:\n    deviceListStrategy: cdi-cri\n"
+                            "    nvidiaCTKPath: /usr/local/nvidia/toolkit/nvidia-cdi-hook\n";
+  KubeletEmulator kubelet(dir_);
+  ASSERT_TRUE(kubelet.Start().ok());
+  auto args = Args();
+  args.insert(args.end(), {"--container-driver-root", root});
+  ChildProcess daemon(args);
+  ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu", 10s)) << daemon.Output();
+
+  std::ifstream in(dir_ + "/cdi/k8s.device-plugin.danqing.io-gpu.json");
+  ASSERT_TRUE(in) << daemon.Output();
+  const auto spec = nlohmann::json::parse(in);
+  std::vector<std::string> host_paths;
+  for (const auto& m : spec["containerEdits"]["mounts"]) host_paths.push_back(m["hostPath"]);
+  EXPECT_THAT(host_paths, ::testing::UnorderedElementsAre("/run/nvidia/driver" + lib + "/libcuda.so.550.54.15",
+                                                          "/run/nvidia/driver" + lib + "/libnvidia-ml.so.550.54.15",
+                                                          "/run/nvidia/driver/usr/bin/nvidia-smi"));
+  ASSERT_EQ(spec["containerEdits"]["hooks"].size(), 2u);
+  EXPECT_EQ(spec["containerEdits"]["hooks"][1]["args"],
+            nlohmann::json({"nvidia-cdi-hook", "update-ldcache", "--folder", lib}));
+  EXPECT_EQ(spec["devices"].size(), 8u);
+  EXPECT_THAT(daemon.Output(), ::testing::Not(HasSubstr("CDI spec without the driver")));
+  ASSERT_TRUE(daemon.Signal(SIGTERM));
+  EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
+}
+
+TEST_F(DaemonTest, CdiSpecWithoutADriverRootSaysSoInTheLog) {
+  FakeNode node("a100-8x-nvswitch");
+  std::ofstream(config_) << "version: v1\nflags:\n  plugin:\n    deviceListStrategy: cdi-cri\n";
+  KubeletEmulator kubelet(dir_);
+  ASSERT_TRUE(kubelet.Start().ok());
+  auto args = Args();
+  args.insert(args.end(), {"--container-driver-root", dir_ + "/not-mounted"});
+  ChildProcess daemon(args);
+  ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu", 10s)) << daemon.Output();
+  std::ifstream in(dir_ + "/cdi/k8s.device-plugin.danqing.io-gpu.json");
+  ASSERT_TRUE(in) << daemon.Output();
+  const auto spec = nlohmann::json::parse(in);
+  EXPECT_FALSE(spec["containerEdits"].contains("mounts"));
+  EXPECT_EQ(spec["devices"].size(), 8u);
+  EXPECT_THAT(daemon.Output(), HasSubstr("CDI spec without the driver's files: the driver root '" + dir_ +
+                                         "/not-mounted' is not a directory"));
+  ASSERT_TRUE(daemon.Signal(SIGTERM));
+  EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
 }
 
 TEST_F(DaemonTest, MalformedConfigIsAUsageErrorNamingTheLine) {

@@ -118,6 +118,32 @@ TEST_F(DoctorTest, UnhealthyGpuAndAbsentKubeletAreFailuresWithFixes) {
   EXPECT_TRUE(AnyFailed(findings));
 }
 
+// With a CDI strategy the doctor says whether the spec will carry the
+// driver's libraries, found where the agent looks for them.
+TEST_F(DoctorTest, CdiDriverFilesAreLookedForUnderTheContainerDriverRoot) {
+  testing::FakeNode node("a100-8x-nvswitch");  // driver 550.54.15
+  config::Config cfg = Config();
+  cfg.flags.plugin.device_list_strategy = {config::DeviceListStrategy::kCdiCri};
+  cfg.flags.plugin.container_driver_root = dir_ + "/driver-root";
+  auto findings = RunDoctor(cfg, NvmlBackendFactory(), {});
+  const Finding* files = Find(findings, "CDI driver files");
+  ASSERT_NE(files, nullptr);
+  EXPECT_EQ(files->level, Finding::Level::kWarn);
+  EXPECT_THAT(files->detail, HasSubstr("device nodes only"));
+  EXPECT_THAT(files->fix, HasSubstr("deploy/overlays/cdi"));
+
+  std::filesystem::create_directories(dir_ + "/driver-root/usr/lib64");
+  std::ofstream(dir_ + "/driver-root/usr/lib64/libcuda.so.550.54.15") << "ELF";
+  findings = RunDoctor(cfg, NvmlBackendFactory(), {});
+  files = Find(findings, "CDI driver files");
+  ASSERT_NE(files, nullptr);
+  EXPECT_EQ(files->level, Finding::Level::kOk);
+  EXPECT_THAT(files->detail, HasSubstr("1 file of driver 550.54.15 (libraries in /usr/lib64)"));
+
+  cfg.flags.plugin.device_list_strategy = {config::DeviceListStrategy::kEnvvar};
+  EXPECT_EQ(Find(RunDoctor(cfg, NvmlBackendFactory(), {}), "CDI driver files"), nullptr);
+}
+
 TEST_F(DoctorTest, NoDriverBadConfigAndCdiOffInTheRuntime) {
   config::Config cfg = Config();
   cfg.danqing.nvml_lib = dir_ + "/no-such/libnvidia-ml.so.1";

@@ -179,11 +179,11 @@ TEST(NvidiaConfigTest, PluginSectionWithDeviceListStrategyList) {
   EXPECT_EQ(c.flags.gfd.sleep_interval, 60s);
   EXPECT_EQ(c.sharing.strategy(), SharingStrategy::kNone);
   EXPECT_EQ(c.sharing.replicated(), nullptr);
-  // GFD settings equal to GFD's defaults are not worth a warning; a CDI hook
-  // path is (Danqing's CDI spec has no hooks).
+  // GFD settings equal to GFD's defaults are not worth a warning, and the
+  // CDI hook path is used (the CDI spec's hooks).
   std::vector<std::string> ignored;
   for (const auto& i : AcceptedButIgnored(c)) ignored.push_back(i.path);
-  EXPECT_THAT(ignored, ElementsAre("flags.plugin.nvidiaCTKPath"));
+  EXPECT_THAT(ignored, ::testing::IsEmpty());
 }
 
 TEST(NvidiaConfigTest, MissingVersionIsV1AsInNvidiasParser) {
@@ -1058,8 +1058,8 @@ TEST(FlagTableTest, NvidiaAndDanqingFlagsWithEnvAndDefaults) {
     EXPECT_EQ(f.config_path, e.path);
     EXPECT_EQ(f.default_value, e.default_value);
     EXPECT_EQ(f.kind, e.kind);
-    // Danqing runs no MPS, and its CDI spec has no nvidia-ctk hook.
-    EXPECT_EQ(f.ignored, std::string_view(e.flag) == "mps-root" || std::string_view(e.flag) == "nvidia-ctk-path");
+    // Danqing runs no MPS (its CDI spec does carry the nvidia-ctk hook).
+    EXPECT_EQ(f.ignored, std::string_view(e.flag) == "mps-root");
     EXPECT_EQ(f.nvidia, std::string_view(e.path).substr(0, 8) != "danqing.");
   }
   EXPECT_TRUE(by_name.at("gds-enabled").ignored);

@@ -1,0 +1,64 @@
+// The driver's user-space files a CDI spec must carry for CUDA to work in a
+// container started by a CDI-aware runtime alone (containerd or CRI-O with
+// CDI on, no NVIDIA runtime): the libraries of the running driver version,
+// its command-line tools, its GSP firmware and the daemons' sockets, each
+// mounted read-only at its own path, and the two hooks NVIDIA's generator
+// adds (a libcuda.so link for programs that dlopen the unversioned name, and
+// an ld.so.cache update so that the mounted directory is searched).
+//
+// The files are looked for under the directory where the host's driver root
+// is visible to this process (containerDriverRoot, /driver-root in the
+// DaemonSet), and named in the spec by their host path (nvidiaDriverRoot +
+// the same path), as NVIDIA's device plugin does.
+//
+// Thread-safety: pure functions over the file system.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace danqing::deviceplugin {
+
+// Library directories of the distributions NVIDIA builds drivers for, in the
+// order they are searched (relative to a driver root).
+inline constexpr std::string_view kDriverLibraryDirs[] = {
+    "/usr/lib64",  "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64",
+    "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib"};
+
+struct DriverRoot {
+  std::string local;           // where this process reads it ("/driver-root", or "/" on the host)
+  std::string host = "/";      // the same directory on the host: the spec's hostPath prefix
+  std::string version;         // nvmlSystemGetDriverVersion, e.g. "550.54.15"
+};
+
+struct DriverFiles {
+  struct Mount {
+    std::string container_path;  // absolute, as seen in the driver root
+    std::string host_path;       // absolute, on the host
+    bool socket = false;         // mounted noexec
+    bool operator==(const Mount&) const = default;
+  };
+  std::vector<Mount> mounts;
+  std::string library_dir;             // container path of libcuda.so.<version>'s directory; empty: not found
+  std::vector<std::string> warnings;   // what was looked for and not found
+
+  bool operator==(const DriverFiles&) const = default;
+};
+
+// Finds the files of driver `root.version` under `root.local`. Libraries:
+// every `*.so.<version>` in the first library directory that holds
+// libcuda.so.<version>; a symlink is followed inside the root (an absolute
+// target is taken relative to the root, never to this process's /) and the
+// host path names the file it resolves to. Nothing found is not an error:
+// `library_dir` stays empty and `warnings` says why.
+DriverFiles FindDriverFiles(const DriverRoot& root);
+
+// Adds `files` to a CDI containerEdits object: "mounts" and, when the
+// libraries were found, the "hooks" run at createContainer by `hook_path`
+// (nvidia-ctk, called as `nvidia-ctk hook <cmd>`, or nvidia-cdi-hook, called
+// as `nvidia-cdi-hook <cmd>`, chosen by the file name as NVIDIA does).
+void AddDriverEdits(const DriverFiles& files, std::string_view hook_path, nlohmann::json& container_edits);
+
+}  // namespace danqing::deviceplugin

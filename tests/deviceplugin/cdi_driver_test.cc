@@ -1,0 +1,257 @@
+// The driver files of the CDI spec, found in a driver root laid out as real
+// drivers install themselves (a Debian-style and a RHEL-style library
+// directory, SONAME links, libraries of an older driver left behind).
+#include "deviceplugin/cdi_driver.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "deviceplugin/allocate.h"
+#include "testing/support/temp_dir.h"
+
+namespace danqing::deviceplugin {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+constexpr char kVersion[] = "550.54.15";
+constexpr char kLib[] = "/usr/lib/x86_64-linux-gnu";
+
+class DriverRootTest : public ::testing::Test {
+ protected:
+  void File(const std::string& path, const std::string& text = "ELF") {
+    fs::create_directories(fs::path(Root() + path).parent_path());
+    std::ofstream(Root() + path) << text;
+  }
+  void Link(const std::string& path, const std::string& target) {
+    fs::create_directories(fs::path(Root() + path).parent_path());
+    fs::create_symlink(target, Root() + path);
+  }
+  void Socket(const std::string& path) {
+    fs::create_directories(fs::path(Root() + path).parent_path());
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const std::string full = Root() + path;
+    ASSERT_LT(full.size(), sizeof(addr.sun_path));
+    full.copy(addr.sun_path, full.size());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ::close(fd);
+  }
+  // A driver 550.54.15 as the .run installer leaves it on Ubuntu, with an
+  // older driver's library still there.
+  void InstallDriver() {
+    const std::string v = kVersion;
+    for (const char* lib : {"libcuda", "libnvidia-ml", "libnvidia-ptxjitcompiler", "libnvidia-cfg"}) {
+      File(std::string(kLib) + "/" + lib + ".so." + v);
+    }
+    Link(std::string(kLib) + "/libcuda.so.1", "libcuda.so." + v);
+    Link(std::string(kLib) + "/libnvidia-ml.so.1", "libnvidia-ml.so." + v);
+    File(std::string(kLib) + "/libnvidia-ml.so.535.104.05");
+    File(std::string(kLib) + "/libz.so.1");
+    File("/usr/bin/nvidia-smi");
+    File("/usr/bin/nvidia-cuda-mps-control");
+    File("/lib/firmware/nvidia/" + v + "/gsp_ga10x.bin");
+    File("/lib/firmware/nvidia/" + v + "/gsp_tu10x.bin");
+    File("/lib/firmware/nvidia/" + v + "/README");
+  }
+  std::string Root() const { return dir_.path() + "/root"; }
+  DriverRoot At(std::string host = "/run/nvidia/driver") const { return {Root(), std::move(host), kVersion}; }
+
+  static std::vector<std::string> ContainerPaths(const DriverFiles& f) {
+    std::vector<std::string> out;
+    for (const auto& m : f.mounts) out.push_back(m.container_path);
+    return out;
+  }
+  static const DriverFiles::Mount* Find(const DriverFiles& f, const std::string& container_path) {
+    for (const auto& m : f.mounts) {
+      if (m.container_path == container_path) return &m;
+    }
+    return nullptr;
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(DriverRootTest, TheRunningDriversFilesAreMountedFromTheHostDriverRoot) {
+  InstallDriver();
+  const DriverFiles f = FindDriverFiles(At());
+  EXPECT_THAT(f.warnings, IsEmpty());
+  EXPECT_EQ(f.library_dir, kLib);
+  const std::string lib = kLib;
+  EXPECT_THAT(ContainerPaths(f),
+              UnorderedElementsAre(lib + "/libcuda.so.550.54.15", lib + "/libnvidia-cfg.so.550.54.15",
+                                   lib + "/libnvidia-ml.so.550.54.15", lib + "/libnvidia-ptxjitcompiler.so.550.54.15",
+                                   "/usr/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-control",
+                                   "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin",
+                                   "/lib/firmware/nvidia/550.54.15/gsp_tu10x.bin"));
+  const auto* cuda = Find(f, lib + "/libcuda.so.550.54.15");
+  ASSERT_NE(cuda, nullptr);
+  EXPECT_EQ(cuda->host_path, "/run/nvidia/driver" + lib + "/libcuda.so.550.54.15");
+  EXPECT_FALSE(cuda->socket);
+
+  // A driver on the host itself: host paths are the container paths.
+  const DriverFiles on_host = FindDriverFiles(At("/"));
+  const auto* smi = Find(on_host, "/usr/bin/nvidia-smi");
+  ASSERT_NE(smi, nullptr);
+  EXPECT_EQ(smi->host_path, "/usr/bin/nvidia-smi");
+}
+
+TEST_F(DriverRootTest, SymlinksAreFollowedInsideTheRootOnly) {
+  InstallDriver();
+  // RHEL-style packaging: the versioned name is a link into a subdirectory;
+  // an absolute target is relative to the driver root, not to this process.
+  File(std::string(kLib) + "/nvidia/libnvidia-nvvm.so.550.54.15");
+  Link(std::string(kLib) + "/libnvidia-nvvm.so.550.54.15", std::string(kLib) + "/nvidia/libnvidia-nvvm.so.550.54.15");
+  // A link that climbs out of the root ends at the root's /etc/passwd,
+  // which is not there: skipped, never the host file.
+  Link(std::string(kLib) + "/libnvidia-escape.so.550.54.15", "../../../../../../../../../../etc/passwd");
+  Link(std::string(kLib) + "/libnvidia-loop.so.550.54.15", "libnvidia-loop.so.550.54.15");
+
+  const DriverFiles f = FindDriverFiles(At());
+  const auto* nvvm = Find(f, std::string(kLib) + "/libnvidia-nvvm.so.550.54.15");
+  ASSERT_NE(nvvm, nullptr);
+  EXPECT_EQ(nvvm->host_path, "/run/nvidia/driver" + std::string(kLib) + "/nvidia/libnvidia-nvvm.so.550.54.15");
+  EXPECT_EQ(Find(f, std::string(kLib) + "/libnvidia-escape.so.550.54.15"), nullptr);
+  EXPECT_EQ(Find(f, std::string(kLib) + "/libnvidia-loop.so.550.54.15"), nullptr);
+  for (const auto& m : f.mounts) EXPECT_THAT(m.host_path, ::testing::StartsWith("/run/nvidia/driver/"));
+}
+
+TEST_F(DriverRootTest, TheFirstLibraryDirectoryWithLibcudaIsTheDriversAndSocketsAreNoexec) {
+  InstallDriver();
+  File("/usr/lib64/libcuda.so.550.54.15");
+  File("/usr/lib64/libnvidia-ml.so.550.54.15");
+  Socket("/run/nvidia-persistenced/socket");
+  Socket("/var/run/nvidia-fabricmanager/socket");
+  const DriverFiles f = FindDriverFiles(At());
+  EXPECT_EQ(f.library_dir, "/usr/lib64");
+  EXPECT_EQ(Find(f, std::string(kLib) + "/libnvidia-cfg.so.550.54.15"), nullptr);
+  ASSERT_NE(Find(f, "/usr/lib64/libnvidia-ml.so.550.54.15"), nullptr);
+  const auto* persistenced = Find(f, "/run/nvidia-persistenced/socket");
+  ASSERT_NE(persistenced, nullptr);
+  EXPECT_TRUE(persistenced->socket);
+  ASSERT_NE(Find(f, "/var/run/nvidia-fabricmanager/socket"), nullptr);
+
+  nlohmann::json edits = {{"deviceNodes", nlohmann::json::array()}};
+  AddDriverEdits(f, "/usr/bin/nvidia-cdi-hook", edits);
+  bool saw_socket = false;
+  for (const auto& m : edits["mounts"]) {
+    const bool is_socket = m["containerPath"].get<std::string>().ends_with("/socket");
+    saw_socket |= is_socket;
+    EXPECT_EQ(m["options"], is_socket ? nlohmann::json({"ro", "nosuid", "nodev", "bind", "noexec"})
+                                      : nlohmann::json({"ro", "nosuid", "nodev", "bind"}));
+  }
+  EXPECT_TRUE(saw_socket);
+}
+
+TEST_F(DriverRootTest, HooksFollowTheHookBinarysConvention) {
+  InstallDriver();
+  const DriverFiles f = FindDriverFiles(At());
+
+  nlohmann::json ctk;
+  AddDriverEdits(f, "/usr/bin/nvidia-ctk", ctk);
+  ASSERT_EQ(ctk["hooks"].size(), 2u);
+  EXPECT_EQ(ctk["hooks"][0]["hookName"], "createContainer");
+  EXPECT_EQ(ctk["hooks"][0]["path"], "/usr/bin/nvidia-ctk");
+  EXPECT_EQ(ctk["hooks"][0]["args"], nlohmann::json({"nvidia-ctk", "hook", "create-symlinks", "--link",
+                                                     "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"}));
+  EXPECT_EQ(ctk["hooks"][1]["args"],
+            nlohmann::json({"nvidia-ctk", "hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"}));
+
+  nlohmann::json hook;
+  AddDriverEdits(f, "/usr/local/nvidia/toolkit/nvidia-cdi-hook", hook);
+  EXPECT_EQ(hook["hooks"][1]["path"], "/usr/local/nvidia/toolkit/nvidia-cdi-hook");
+  EXPECT_EQ(hook["hooks"][1]["args"],
+            nlohmann::json({"nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"}));
+
+  nlohmann::json none;
+  AddDriverEdits(f, "", none);
+  EXPECT_FALSE(none.contains("hooks"));
+  EXPECT_EQ(none["mounts"].size(), f.mounts.size());
+}
+
+TEST_F(DriverRootTest, WhatIsMissingIsSaidAndNothingIsMounted) {
+  // No root at all (the DaemonSet does not mount one).
+  DriverFiles f = FindDriverFiles(At());
+  EXPECT_THAT(f.mounts, IsEmpty());
+  ASSERT_EQ(f.warnings.size(), 1u);
+  EXPECT_THAT(f.warnings[0], HasSubstr("is not a directory"));
+
+  // A root with another driver version only.
+  File(std::string(kLib) + "/libcuda.so.535.104.05");
+  f = FindDriverFiles(At());
+  EXPECT_TRUE(f.library_dir.empty());
+  ASSERT_EQ(f.warnings.size(), 1u);
+  EXPECT_THAT(f.warnings[0], HasSubstr("no libcuda.so.550.54.15"));
+
+  // NVML gave no version.
+  InstallDriver();
+  f = FindDriverFiles({Root(), "/", ""});
+  EXPECT_THAT(f.mounts, IsEmpty());
+  EXPECT_THAT(f.warnings, ElementsAre(HasSubstr("version is unknown")));
+
+  nlohmann::json edits = {{"deviceNodes", nlohmann::json::array()}};
+  AddDriverEdits(f, "/usr/bin/nvidia-ctk", edits);
+  EXPECT_FALSE(edits.contains("mounts"));
+  EXPECT_FALSE(edits.contains("hooks"));
+}
+
+gpu::Gpu OneGpu() {
+  gpu::Gpu g;
+  g.index = 0;
+  g.minor_number = 0;
+  g.uuid = "GPU-00000000-0000-0000-0000-000000000000";
+  g.name = "NVIDIA H100 80GB HBM3";
+  return g;
+}
+
+TEST_F(DriverRootTest, TheSpecCarriesTheDriverInItsCommonEdits) {
+  InstallDriver();
+  gpu::NodeInventory inv;
+  inv.driver_version = kVersion;
+  inv.gpus = {OneGpu()};
+  inv.topology = gpu::Topology(inv.gpus.size());
+  auto set = BuildResources(inv, {});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  AllocateOptions o;
+  o.device_list_strategies = {DeviceListStrategy::kCdiCri};
+  o.driver_root_local = Root();
+  o.driver_root_host = "/run/nvidia/driver";
+  std::vector<std::string> warnings;
+  const std::string cdi = dir_.path() + "/cdi";
+  ASSERT_TRUE(WriteCdiSpec(**set, cdi, o, &warnings).ok());
+  EXPECT_THAT(warnings, IsEmpty());
+  std::ifstream in(cdi + "/k8s.device-plugin.danqing.io-gpu.json");
+  const auto spec = nlohmann::json::parse(in);
+  ASSERT_TRUE(spec["containerEdits"].contains("mounts"));
+  EXPECT_EQ(spec["containerEdits"]["mounts"].size(), 8u);
+  EXPECT_EQ(spec["containerEdits"]["hooks"].size(), 2u);
+  ASSERT_EQ(spec["devices"].size(), 1u);
+  EXPECT_FALSE(spec["devices"][0]["containerEdits"].contains("mounts")) << "driver files belong to every device";
+
+  // Without a driver root the spec is still written, device nodes only, and
+  // the caller hears why.
+  o.driver_root_local = dir_.path() + "/absent";
+  warnings.clear();
+  ASSERT_TRUE(WriteCdiSpec(**set, cdi, o, &warnings).ok());
+  EXPECT_THAT(warnings, ElementsAre(HasSubstr("absent")));
+  std::ifstream again(cdi + "/k8s.device-plugin.danqing.io-gpu.json");
+  const auto bare = nlohmann::json::parse(again);
+  EXPECT_FALSE(bare["containerEdits"].contains("mounts"));
+  EXPECT_EQ(bare["devices"].size(), 1u);
+}
+
+}  // namespace
+}  // namespace danqing::deviceplugin

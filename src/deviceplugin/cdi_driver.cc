@@ -104,15 +104,17 @@ DriverFiles FindDriverFiles(const DriverRoot& root) {
     }
   }
   if (out.library_dir.empty()) {
+    // All or nothing: tools without their libraries would only half-make a
+    // driver, and the NVIDIA runtime (if any) then adds the whole of it.
     out.warnings.push_back("no " + libcuda + " in any library directory under '" + root.local +
                            "' (is the driver root right, and is it driver " + root.version + "?)");
-  } else {
-    const std::string suffix = ".so." + root.version;
-    for (const auto& name : SortedNames(Under(root.local, out.library_dir))) {
-      if (!EndsWith(name, suffix)) continue;
-      const std::string path = out.library_dir + "/" + name;
-      if (auto r = Resolve(root.local, path, fs::file_type::regular)) add(path, *r, false);
-    }
+    return out;
+  }
+  const std::string suffix = ".so." + root.version;
+  for (const auto& name : SortedNames(Under(root.local, out.library_dir))) {
+    if (!EndsWith(name, suffix)) continue;
+    const std::string path = out.library_dir + "/" + name;
+    if (auto r = Resolve(root.local, path, fs::file_type::regular)) add(path, *r, false);
   }
 
   for (std::string_view bin : kBinaries) {
@@ -156,7 +158,16 @@ void AddDriverEdits(const DriverFiles& files, std::string_view hook_path, nlohma
     if (m.socket) options.push_back("noexec");
     mounts.push_back({{"hostPath", m.host_path}, {"containerPath", m.container_path}, {"options", options}});
   }
-  if (files.library_dir.empty() || hook_path.empty()) return;
+  if (files.library_dir.empty()) return;
+  // The spec now gives the container a complete driver: keep the NVIDIA
+  // runtime's own hook from adding GPUs beside it (an image that sets
+  // NVIDIA_VISIBLE_DEVICES=all, as CUDA's do, would get every GPU of the
+  // node), as NVIDIA's specs do. Left out when the libraries were not found:
+  // the NVIDIA runtime is then what completes the container.
+  nlohmann::json& env = container_edits["env"];
+  if (!env.is_array()) env = nlohmann::json::array();
+  env.push_back("NVIDIA_VISIBLE_DEVICES=void");
+  if (hook_path.empty()) return;
   nlohmann::json& hooks = container_edits["hooks"];
   if (!hooks.is_array()) hooks = nlohmann::json::array();
   // Programs that dlopen("libcuda.so") (the development name, which the

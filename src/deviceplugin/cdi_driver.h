@@ -56,7 +56,9 @@ struct DriverFiles {
 DriverFiles FindDriverFiles(const DriverRoot& root);
 
 // Adds `files` to a CDI containerEdits object: "mounts" and, when the
-// libraries were found, the "hooks" run at createContainer by `hook_path`
+// libraries were found, NVIDIA_VISIBLE_DEVICES=void (so that the NVIDIA
+// runtime, where it also runs, adds no GPU of its own) and the "hooks" run
+// at createContainer by `hook_path`
 // (nvidia-ctk, called as `nvidia-ctk hook <cmd>`, or nvidia-cdi-hook, called
 // as `nvidia-cdi-hook <cmd>`, chosen by the file name as NVIDIA does).
 void AddDriverEdits(const DriverFiles& files, std::string_view hook_path, nlohmann::json& container_edits);

@@ -21,17 +21,22 @@ BackendDecision DecideBackend(BackendChoice choice, const char* visible, const C
   }
   std::string why_not;
   const std::string vis = visible != nullptr ? visible : "";
+  // "void"/"none" only says that the NVIDIA runtime injected no GPU. A CDI
+  // runtime injects the allocated GPU's nodes and sets void itself (NVIDIA's
+  // specs do, so that the NVIDIA hook adds nothing twice): the CUDA probe,
+  // not the variable, says whether this container has a GPU.
+  const bool hidden = visible != nullptr && (vis == "void" || vis == "none");
+  const std::string note = hidden ? " (NVIDIA_VISIBLE_DEVICES=" + vis + ")" : std::string();
   if (!probe.compiled) {
     why_not = "built without CUDA (DANQING_CUDA=OFF)";
-  } else if (visible != nullptr && (vis == "void" || vis == "none")) {
-    why_not = "NVIDIA_VISIBLE_DEVICES=" + vis;
   } else if (probe.devices <= 0) {
-    why_not = "no CUDA device: " + (probe.error.empty() ? std::string("device count 0") : probe.error);
+    why_not = "no CUDA device: " + (probe.error.empty() ? std::string("device count 0") : probe.error) + note;
   }
   if (why_not.empty()) {
     d.gpu = true;
     d.reason = "gpu: " + std::to_string(probe.devices) + " CUDA device(s), using device 0" +
-               (probe.name.empty() ? std::string() : " (" + probe.name + ")");
+               (probe.name.empty() ? std::string() : " (" + probe.name + ")") +
+               (hidden ? "; NVIDIA_VISIBLE_DEVICES=" + vis + ", so given by CDI" : std::string());
     return d;
   }
   if (choice == BackendChoice::kGpu) {

@@ -303,6 +303,7 @@ TEST_F(DaemonTest, CdiSpecCarriesTheDriverFromTheContainerDriverRoot) {
   ASSERT_EQ(spec["containerEdits"]["hooks"].size(), 2u);
   EXPECT_EQ(spec["containerEdits"]["hooks"][1]["args"],
             nlohmann::json({"nvidia-cdi-hook", "update-ldcache", "--folder", lib}));
+  EXPECT_EQ(spec["containerEdits"]["env"], nlohmann::json({"NVIDIA_VISIBLE_DEVICES=void"}));
   EXPECT_EQ(spec["devices"].size(), 8u);
   EXPECT_THAT(daemon.Output(), ::testing::Not(HasSubstr("CDI spec without the driver")));
   ASSERT_TRUE(daemon.Signal(SIGTERM));

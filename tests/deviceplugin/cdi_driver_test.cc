@@ -176,9 +176,12 @@ TEST_F(DriverRootTest, HooksFollowTheHookBinarysConvention) {
   EXPECT_EQ(hook["hooks"][1]["args"],
             nlohmann::json({"nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"}));
 
+  EXPECT_EQ(ctk["env"], nlohmann::json({"NVIDIA_VISIBLE_DEVICES=void"}));
+
   nlohmann::json none;
   AddDriverEdits(f, "", none);
   EXPECT_FALSE(none.contains("hooks"));
+  EXPECT_EQ(none["env"], nlohmann::json({"NVIDIA_VISIBLE_DEVICES=void"}));
   EXPECT_EQ(none["mounts"].size(), f.mounts.size());
 }
 
@@ -206,6 +209,15 @@ TEST_F(DriverRootTest, WhatIsMissingIsSaidAndNothingIsMounted) {
   AddDriverEdits(f, "/usr/bin/nvidia-ctk", edits);
   EXPECT_FALSE(edits.contains("mounts"));
   EXPECT_FALSE(edits.contains("hooks"));
+  EXPECT_FALSE(edits.contains("env")) << "without the libraries the NVIDIA runtime must still complete the container";
+
+  // Tools there but no libcuda: nothing at all is mounted (a half driver
+  // would only hide the NVIDIA runtime's whole one).
+  std::filesystem::remove(Root() + std::string(kLib) + "/libcuda.so.550.54.15");
+  f = FindDriverFiles(At());
+  EXPECT_TRUE(f.library_dir.empty());
+  EXPECT_THAT(f.mounts, IsEmpty());
+  EXPECT_THAT(f.warnings, ElementsAre(HasSubstr("no libcuda.so.550.54.15")));
 }
 
 gpu::Gpu OneGpu() {
@@ -238,6 +250,7 @@ TEST_F(DriverRootTest, TheSpecCarriesTheDriverInItsCommonEdits) {
   ASSERT_TRUE(spec["containerEdits"].contains("mounts"));
   EXPECT_EQ(spec["containerEdits"]["mounts"].size(), 8u);
   EXPECT_EQ(spec["containerEdits"]["hooks"].size(), 2u);
+  EXPECT_EQ(spec["containerEdits"]["env"], nlohmann::json({"NVIDIA_VISIBLE_DEVICES=void"}));
   ASSERT_EQ(spec["devices"].size(), 1u);
   EXPECT_FALSE(spec["devices"][0]["containerEdits"].contains("mounts")) << "driver files belong to every device";
 
@@ -250,6 +263,7 @@ TEST_F(DriverRootTest, TheSpecCarriesTheDriverInItsCommonEdits) {
   std::ifstream again(cdi + "/k8s.device-plugin.danqing.io-gpu.json");
   const auto bare = nlohmann::json::parse(again);
   EXPECT_FALSE(bare["containerEdits"].contains("mounts"));
+  EXPECT_FALSE(bare["containerEdits"].contains("env"));
   EXPECT_EQ(bare["devices"].size(), 1u);
 }
 

@@ -50,10 +50,17 @@ TEST(BackendTest, AutoPicksGpuOnlyWithAVisibleDevice) {
   EXPECT_TRUE(d.status.ok());
   EXPECT_NE(d.reason.find("cudaErrorNoDevice"), std::string::npos) << d.reason;
 
+  // void/none: the NVIDIA runtime injected nothing. A CDI runtime injects the
+  // GPU and sets void itself (NVIDIA's specs do), so the probe decides.
   for (const char* v : {"void", "none"}) {
     d = DecideBackend(BackendChoice::kAuto, v, Compiled(2));
+    EXPECT_TRUE(d.gpu) << v;
+    EXPECT_NE(d.reason.find(std::string("NVIDIA_VISIBLE_DEVICES=") + v + ", so given by CDI"), std::string::npos)
+        << d.reason;
+    d = DecideBackend(BackendChoice::kAuto, v, Compiled(0, "cudaGetDeviceCount: cudaErrorNoDevice"));
     EXPECT_FALSE(d.gpu) << v;
-    EXPECT_NE(d.reason.find(std::string("NVIDIA_VISIBLE_DEVICES=") + v), std::string::npos) << d.reason;
+    EXPECT_NE(d.reason.find(std::string("cudaErrorNoDevice (NVIDIA_VISIBLE_DEVICES=") + v + ")"), std::string::npos)
+        << d.reason;
   }
   d = DecideBackend(BackendChoice::kAuto, nullptr, CudaProbe{});  // not compiled in
   EXPECT_FALSE(d.gpu);
@@ -71,8 +78,10 @@ TEST(BackendTest, ForcedChoices) {
   EXPECT_EQ(d.status.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(d.status.message().find("cudaErrorInsufficientDriver"), std::string::npos) << d.status.message();
 
-  d = DecideBackend(BackendChoice::kGpu, "void", Compiled(1));
+  d = DecideBackend(BackendChoice::kGpu, "void", Compiled(0, "cudaErrorNoDevice"));
   EXPECT_EQ(d.status.code(), StatusCode::kFailedPrecondition);
+  d = DecideBackend(BackendChoice::kGpu, "void", Compiled(1));  // injected through CDI
+  EXPECT_TRUE(d.gpu);
   d = DecideBackend(BackendChoice::kGpu, nullptr, Compiled(1));
   EXPECT_TRUE(d.gpu);
   EXPECT_TRUE(d.status.ok());
@@ -296,7 +305,8 @@ TEST(RendererBackendTest, AutoWithoutADeviceRendersOnTheCpuAndSaysWhy) {
   EXPECT_TRUE(st.gpu_error.empty()) << st.gpu_error;
 }
 
-TEST(RendererBackendTest, VisibleDevicesVoidMeansCpu) {
+TEST(RendererBackendTest, VisibleDevicesVoidWithoutADeviceMeansCpu) {
+  if (HaveGpu()) GTEST_SKIP() << "a CUDA device is visible (void does not hide a GPU given by CDI): " << NoGpuReason();
   const char* old = std::getenv("NVIDIA_VISIBLE_DEVICES");
   std::string saved = old != nullptr ? old : "";
   setenv("NVIDIA_VISIBLE_DEVICES", "void", 1);
@@ -304,9 +314,9 @@ TEST(RendererBackendTest, VisibleDevicesVoidMeansCpu) {
   if (old != nullptr) setenv("NVIDIA_VISIBLE_DEVICES", saved.c_str(), 1); else unsetenv("NVIDIA_VISIBLE_DEVICES");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->backend(), "cpu");
-  // A build without CUDA says so first; with CUDA, the variable is the reason.
+  // A build without CUDA says so first; with CUDA, the probe's answer names the variable.
   const std::string& why = (*r)->backend_reason();
-  EXPECT_TRUE(why.find("NVIDIA_VISIBLE_DEVICES=void") != std::string::npos ||
+  EXPECT_TRUE(why.find("(NVIDIA_VISIBLE_DEVICES=void)") != std::string::npos ||
               why.find("built without CUDA") != std::string::npos)
       << why;
 }

@@ -65,7 +65,8 @@ TEST(RenderCliTest, BackendFlag) {
   EXPECT_EQ(rc, 2) << text;
   EXPECT_NE(text.find("--backend must be auto, cpu or gpu"), std::string::npos) << text;
   // A GPU that is asked for and hidden: a clear error, no image.
-  std::tie(rc, text) = RunCliOutput("NVIDIA_VISIBLE_DEVICES=void", "render --text 山 --backend gpu -o " + out);
+  // (CUDA_VISIBLE_DEVICES="" hides every GPU from CUDA, on a GPU machine too.)
+  std::tie(rc, text) = RunCliOutput("CUDA_VISIBLE_DEVICES=", "render --text 山 --backend gpu -o " + out);
   EXPECT_EQ(rc, 1) << text;
   EXPECT_NE(text.find("render backend gpu requested but unavailable"), std::string::npos) << text;
   EXPECT_FALSE(std::filesystem::exists(out));

@@ -291,6 +291,11 @@ Status Agent::Reload(const config::Config& cfg) {
   Status result = Status::Ok();
   if (mopts == manager_options_) {
     SetBase(built->set);
+    // The driver's files may have changed (a daemon's socket came or went).
+    {
+      std::lock_guard plock(publish_mu_);
+      if (manager_) manager_->RewriteCdiSpec();
+    }
     spdlog::info("agent: reloaded; resources republished");
   } else {
     std::lock_guard plock(publish_mu_);

@@ -245,22 +245,33 @@ void CheckGpus(const config::Config& cfg, const BackendFactory& factory, Finding
 
   // The driver's files the CDI spec carries (cdi-* strategies only).
   if (UsesCdi(cfg)) {
-    const deviceplugin::DriverFiles files = deviceplugin::FindDriverFiles(
-        {cfg.flags.plugin.container_driver_root, cfg.flags.nvidia_driver_root, inv->driver_version});
+    const deviceplugin::DriverFiles files =
+        deviceplugin::FindDriverFiles({.local = cfg.flags.plugin.container_driver_root,
+                                       .host = cfg.flags.nvidia_driver_root,
+                                       .version = inv->driver_version,
+                                       .hook_path = cfg.flags.plugin.nvidia_ctk_path});
+    std::string why;
+    for (const auto& w : files.warnings) why += (why.empty() ? "" : "; ") + w;
     if (files.library_dir.empty()) {
-      std::string why;
-      for (const auto& w : files.warnings) why += (why.empty() ? "" : "; ") + w;
-      f.Add(Level::kWarn, "CDI driver files", "the CDI spec will list device nodes only: " + why,
+      f.Add(Level::kWarn, "CDI driver files", "the CDI spec goes " + why,
             "mount the host's driver root read-only at --container-driver-root (deploy/overlays/cdi), with "
-            "--nvidia-driver-root its path on the host; without it pods get the driver only from the NVIDIA "
-            "runtime");
+            "--nvidia-driver-root its path on the host");
     } else {
+      const size_t n = files.mounts.size();
       f.Add(Level::kOk, "CDI driver files",
-            std::to_string(files.mounts.size()) + (files.mounts.size() == 1 ? " file" : " files") + " of driver " + inv->driver_version + " (libraries in " +
-                files.library_dir + ") under " + cfg.flags.plugin.container_driver_root +
-                "; hooks run by " +
-                (cfg.flags.plugin.nvidia_ctk_path.empty() ? "nobody (nvidiaCTKPath is empty)"
-                                                          : cfg.flags.plugin.nvidia_ctk_path + " on the host"));
+            std::to_string(n) + (n == 1 ? " file" : " files") + " of driver " + inv->driver_version +
+                " (libraries in " + files.library_dir + ") under " + cfg.flags.plugin.container_driver_root);
+      if (!files.hook.empty()) {
+        f.Add(Level::kOk, "CDI hook",
+              files.hook + (cfg.flags.nvidia_driver_root == "/" ? " is on the node"
+                                                                 : " (on the host; not visible here to check)"));
+      } else if (cfg.flags.plugin.nvidia_ctk_path.empty()) {
+        f.Add(Level::kInfo, "CDI hook", "none (nvidiaCTKPath is empty): the SONAME links are mounted instead");
+      } else {
+        f.Add(Level::kWarn, "CDI hook", "the CDI spec goes " + why,
+              "install the NVIDIA Container Toolkit on the node, or set nvidiaCTKPath to its nvidia-ctk or "
+              "nvidia-cdi-hook");
+      }
     }
   }
 

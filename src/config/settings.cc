@@ -234,7 +234,7 @@ std::vector<Setting> BuildTable() {
        .help = "Host path of the CDI hook (nvidia-ctk or nvidia-cdi-hook) written into the CDI spec; "
                "empty: no hooks",
        .binding =
-           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; }}},
+           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; }, CheckHookPath}},
       {.path = "flags.plugin.containerDriverRoot",
        .flag = "container-driver-root",
        .flag_alias = "driver-root-ctr-path",

@@ -468,6 +468,14 @@ std::string CheckAbsolutePath(std::string_view path) {
   return "";
 }
 
+std::string CheckHookPath(std::string_view path) {
+  if (path.empty()) return "";  // no hooks
+  if (path.front() != '/' || path.back() == '/') {
+    return "expected the absolute path of the CDI hook binary (or empty for none), got " + Quote(path);
+  }
+  return "";
+}
+
 std::string CheckSocketPath(std::string_view path) {
   if (std::string reason = CheckAbsolutePath(path); !reason.empty()) return reason;
   constexpr std::size_t kMaxSocketPath = 107;  // sizeof(sockaddr_un::sun_path) - 1

@@ -68,6 +68,9 @@ std::string CheckListenAddress(std::string_view addr);
 // A non-empty absolute path.
 std::string CheckAbsolutePath(std::string_view path);
 
+// Empty (no CDI hooks) or an absolute path naming a file, not a directory.
+std::string CheckHookPath(std::string_view path);
+
 // An absolute path short enough for a unix socket (sun_path, 107 bytes).
 std::string CheckSocketPath(std::string_view path);
 

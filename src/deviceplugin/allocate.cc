@@ -199,9 +199,11 @@ Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root, const A
   }
   nlohmann::json common = {{"deviceNodes", std::move(control)}};
   if (!options.driver_root_local.empty()) {
-    const DriverFiles files = FindDriverFiles(
-        {.local = options.driver_root_local, .host = options.driver_root_host, .version = set.driver_version});
-    AddDriverEdits(files, options.cdi_hook_path, common);
+    const DriverFiles files = FindDriverFiles({.local = options.driver_root_local,
+                                               .host = options.driver_root_host,
+                                               .version = set.driver_version,
+                                               .hook_path = options.cdi_hook_path});
+    AddDriverEdits(files, common);
     if (warnings) warnings->insert(warnings->end(), files.warnings.begin(), files.warnings.end());
   }
   const nlohmann::json spec = {{"cdiVersion", "0.6.0"},

@@ -18,25 +18,67 @@ std::string Under(const std::string& root, std::string_view path) {
   return out + std::string(path);
 }
 
-// Follows `path` (absolute, relative to `root`) while it is a symlink, keeping
-// every target inside `root`: an absolute target is re-rooted, and ".." never
-// climbs above the root (lexically_normal drops it at "/"). Returns the path
-// it ends at, relative to `root`, when that is of type `want`.
-std::optional<std::string> Resolve(const std::string& root, std::string path, fs::file_type want) {
-  for (int hop = 0; hop < 32; ++hop) {
+std::vector<std::string_view> Components(std::string_view path) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < path.size()) {
+    const size_t j = std::min(path.find('/', i), path.size());
+    if (j > i) out.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string JoinComponents(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
+}
+
+// Resolves `path` (absolute, as seen from inside `root`) one component at a
+// time, as the kernel would with `root` as "/" (openat2's RESOLVE_IN_ROOT):
+// a symlink anywhere on the path is followed, an absolute target starts again
+// at the root and ".." stops there. Each lstat is of a prefix already
+// resolved, so no symlink of this process's own file system is followed (only
+// those leading to `root` itself). Returns the resolved path, as seen from
+// inside `root`, when it names a file of type `want`.
+std::optional<std::string> Resolve(const std::string& root, std::string_view path, fs::file_type want) {
+  std::vector<std::string> todo;  // components left, the next one last
+  auto push = [&todo](std::string_view p) {
+    const auto parts = Components(p);
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo.emplace_back(*it);
+  };
+  push(path);
+  std::vector<std::string> done;  // resolved: no symlink among them
+  fs::file_type type = fs::file_type::directory;
+  int links = 0;
+  while (!todo.empty()) {
+    std::string c = std::move(todo.back());
+    todo.pop_back();
+    if (c == ".") continue;
+    if (type != fs::file_type::directory) return std::nullopt;  // "file/more"
+    if (c == "..") {
+      if (!done.empty()) done.pop_back();
+      continue;
+    }
+    done.push_back(std::move(c));
+    const std::string here = Under(root, JoinComponents(done));
     std::error_code ec;
-    const auto st = fs::symlink_status(Under(root, path), ec);
+    const auto st = fs::symlink_status(here, ec);
     if (ec) return std::nullopt;
     if (st.type() != fs::file_type::symlink) {
-      if (st.type() == want) return path;
-      return std::nullopt;
+      type = st.type();
+      continue;
     }
-    const fs::path target = fs::read_symlink(Under(root, path), ec);
+    if (++links > 40) return std::nullopt;  // ELOOP
+    const fs::path target = fs::read_symlink(here, ec);
     if (ec) return std::nullopt;
-    const fs::path next = target.is_absolute() ? target : fs::path(path).parent_path() / target;
-    path = next.lexically_normal().string();
+    done.pop_back();
+    if (target.is_absolute()) done.clear();
+    push(target.string());
   }
-  return std::nullopt;  // a loop
+  if (type != want) return std::nullopt;
+  return JoinComponents(done);
 }
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
@@ -52,21 +94,38 @@ constexpr std::string_view kSockets[][2] = {
     {"/run/nvidia-persistenced/socket", "/var/run/nvidia-persistenced/socket"},
     {"/run/nvidia-fabricmanager/socket", "/var/run/nvidia-fabricmanager/socket"}};
 
-std::vector<std::string> SortedNames(const std::string& dir) {
+constexpr std::string_view kConsequence =
+    "; a container given a GPU through CDI alone gets its device nodes but no CUDA driver (the NVIDIA "
+    "runtime, where it runs, adds it)";
+
+// The entries of `dir` (as seen from inside `root`), sorted; `dir` is
+// resolved inside the root first.
+std::vector<std::string> SortedNames(const std::string& root, const std::string& dir) {
   std::vector<std::string> names;
+  const auto resolved = Resolve(root, dir, fs::file_type::directory);
+  if (!resolved) return names;
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(Under(root, *resolved), ec), end; !ec && it != end; it.increment(ec)) {
     names.push_back(it->path().filename().string());
   }
   std::sort(names.begin(), names.end());
   return names;
 }
 
-nlohmann::json Hook(std::string_view hook_path, std::vector<std::string> args) {
+bool IsSymlink(const std::string& root, const std::string& path) {
+  // `path`'s directory is resolved first: only its last component may be a link.
+  const fs::path p(path);
+  const auto dir = Resolve(root, p.parent_path().string(), fs::file_type::directory);
+  if (!dir) return false;
+  std::error_code ec;
+  return fs::symlink_status(Under(root, *dir + "/" + p.filename().string()), ec).type() == fs::file_type::symlink;
+}
+
+nlohmann::json Hook(const std::string& hook_path, std::vector<std::string> args) {
   const std::string name = fs::path(hook_path).filename().string();
   std::vector<std::string> argv{name};
   // nvidia-ctk carries the hooks as a subcommand; nvidia-cdi-hook (toolkit
-  // 1.17+) is the hooks alone.
+  // 1.16+) is the hooks alone.
   if (name == "nvidia-ctk") argv.emplace_back("hook");
   argv.insert(argv.end(), args.begin(), args.end());
   return {{"hookName", "createContainer"},
@@ -80,20 +139,22 @@ nlohmann::json Hook(std::string_view hook_path, std::vector<std::string> args) {
 DriverFiles FindDriverFiles(const DriverRoot& root) {
   DriverFiles out;
   if (root.version.empty()) {
-    out.warnings.push_back("the driver version is unknown, so its libraries cannot be told from others");
+    out.warnings.push_back("without the driver's files: the driver version is unknown, so its libraries cannot "
+                           "be told from others" + std::string(kConsequence));
     return out;
   }
   std::error_code ec;
   if (root.local.empty() || !fs::is_directory(root.local, ec)) {
-    out.warnings.push_back("the driver root '" + root.local +
+    out.warnings.push_back("without the driver's files: the driver root '" + root.local +
                            "' is not a directory here (mount the host's driver root there read-only, "
-                           "as deploy/overlays/cdi does)");
+                           "as deploy/overlays/cdi does)" + std::string(kConsequence));
     return out;
   }
   std::set<std::string> seen;
-  auto add = [&](const std::string& container_path, const std::string& resolved, bool socket) {
+  auto add = [&](std::vector<DriverFiles::Mount>& to, const std::string& container_path, const std::string& resolved,
+                 bool socket) {
     if (!seen.insert(container_path).second) return;
-    out.mounts.push_back({container_path, Under(root.host, resolved), socket});
+    to.push_back({container_path, Under(root.host, resolved), socket});
   };
 
   const std::string libcuda = "libcuda.so." + root.version;
@@ -106,22 +167,37 @@ DriverFiles FindDriverFiles(const DriverRoot& root) {
   if (out.library_dir.empty()) {
     // All or nothing: tools without their libraries would only half-make a
     // driver, and the NVIDIA runtime (if any) then adds the whole of it.
-    out.warnings.push_back("no " + libcuda + " in any library directory under '" + root.local +
-                           "' (is the driver root right, and is it driver " + root.version + "?)");
+    out.warnings.push_back("without the driver's files: no " + libcuda + " in any library directory under '" +
+                           root.local + "' (is the driver root right, and is it driver " + root.version + "?)" +
+                           std::string(kConsequence));
     return out;
   }
   const std::string suffix = ".so." + root.version;
-  for (const auto& name : SortedNames(Under(root.local, out.library_dir))) {
+  const std::vector<std::string> names = SortedNames(root.local, out.library_dir);
+  std::set<std::string> libraries;  // resolved
+  for (const auto& name : names) {
     if (!EndsWith(name, suffix)) continue;
     const std::string path = out.library_dir + "/" + name;
-    if (auto r = Resolve(root.local, path, fs::file_type::regular)) add(path, *r, false);
+    if (auto r = Resolve(root.local, path, fs::file_type::regular)) {
+      add(out.mounts, path, *r, false);
+      libraries.insert(*r);
+    }
+  }
+  // The SONAME links (libcuda.so.1 -> libcuda.so.<version>), for a spec
+  // without the hook whose ldconfig would otherwise make them.
+  for (const auto& name : names) {
+    if (EndsWith(name, suffix)) continue;
+    const std::string path = out.library_dir + "/" + name;
+    if (!IsSymlink(root.local, path)) continue;
+    auto r = Resolve(root.local, path, fs::file_type::regular);
+    if (r && libraries.count(*r)) out.soname_links.push_back({path, Under(root.host, *r), false});
   }
 
   for (std::string_view bin : kBinaries) {
     for (std::string_view dir : kBinaryDirs) {
       const std::string path = std::string(dir) + "/" + std::string(bin);
       if (auto r = Resolve(root.local, path, fs::file_type::regular)) {
-        add(path, *r, false);
+        add(out.mounts, path, *r, false);
         break;
       }
     }
@@ -129,36 +205,54 @@ DriverFiles FindDriverFiles(const DriverRoot& root) {
 
   for (std::string_view base : kFirmwareDirs) {
     const std::string dir = std::string(base) + root.version;
-    if (!fs::is_directory(Under(root.local, dir), ec)) continue;
-    for (const auto& name : SortedNames(Under(root.local, dir))) {
+    if (!Resolve(root.local, dir, fs::file_type::directory)) continue;
+    for (const auto& name : SortedNames(root.local, dir)) {
       if (name.rfind("gsp", 0) != 0 || !EndsWith(name, ".bin")) continue;
       const std::string path = dir + "/" + name;
-      if (auto r = Resolve(root.local, path, fs::file_type::regular)) add(path, *r, false);
+      if (auto r = Resolve(root.local, path, fs::file_type::regular)) add(out.mounts, path, *r, false);
     }
     break;
   }
 
   for (const auto& paths : kSockets) {
     for (std::string_view p : paths) {
-      if (auto r = Resolve(root.local, std::string(p), fs::file_type::socket)) {
-        add(std::string(p), *r, true);
+      if (auto r = Resolve(root.local, p, fs::file_type::socket)) {
+        add(out.mounts, std::string(p), *r, true);
         break;
       }
     }
   }
+
+  // The hook runs on the host. Where the host's own / is what is mounted
+  // here, a hook that is not there can be seen to be missing; a runtime would
+  // refuse every container naming it, so the spec goes without.
+  out.hook = root.hook_path;
+  if (!out.hook.empty() && (root.host.empty() || root.host == "/") &&
+      !Resolve(root.local, out.hook, fs::file_type::regular)) {
+    out.warnings.push_back("without hooks: the CDI hook " + out.hook + " (nvidiaCTKPath) is not on this node (no " +
+                           Under(root.local, out.hook) +
+                           "); the libraries' SONAME links are mounted instead of made by its update-ldcache");
+    out.hook.clear();
+  }
   return out;
 }
 
-void AddDriverEdits(const DriverFiles& files, std::string_view hook_path, nlohmann::json& container_edits) {
-  if (files.mounts.empty()) return;
+void AddDriverEdits(const DriverFiles& files, nlohmann::json& container_edits) {
+  if (files.library_dir.empty() || files.mounts.empty()) return;
   nlohmann::json& mounts = container_edits["mounts"];
   if (!mounts.is_array()) mounts = nlohmann::json::array();
-  for (const auto& m : files.mounts) {
+  auto mount = [&mounts](const DriverFiles::Mount& m) {
     nlohmann::json options = {"ro", "nosuid", "nodev", "bind"};
     if (m.socket) options.push_back("noexec");
     mounts.push_back({{"hostPath", m.host_path}, {"containerPath", m.container_path}, {"options", options}});
+  };
+  for (const auto& m : files.mounts) mount(m);
+  // Without the hook nobody runs ldconfig in the container, which would make
+  // libcuda.so.1 and the other SONAME links: mount them as files. (With it,
+  // a file mounted where ldconfig puts a link would make the hook fail.)
+  if (files.hook.empty()) {
+    for (const auto& m : files.soname_links) mount(m);
   }
-  if (files.library_dir.empty()) return;
   // The spec now gives the container a complete driver: keep the NVIDIA
   // runtime's own hook from adding GPUs beside it (an image that sets
   // NVIDIA_VISIBLE_DEVICES=all, as CUDA's do, would get every GPU of the
@@ -167,14 +261,14 @@ void AddDriverEdits(const DriverFiles& files, std::string_view hook_path, nlohma
   nlohmann::json& env = container_edits["env"];
   if (!env.is_array()) env = nlohmann::json::array();
   env.push_back("NVIDIA_VISIBLE_DEVICES=void");
-  if (hook_path.empty()) return;
+  if (files.hook.empty()) return;
   nlohmann::json& hooks = container_edits["hooks"];
   if (!hooks.is_array()) hooks = nlohmann::json::array();
   // Programs that dlopen("libcuda.so") (the development name, which the
   // driver does not install) find the driver too; ldconfig makes the
   // libcuda.so.1 link itself.
-  hooks.push_back(Hook(hook_path, {"create-symlinks", "--link", "libcuda.so.1::" + files.library_dir + "/libcuda.so"}));
-  hooks.push_back(Hook(hook_path, {"update-ldcache", "--folder", files.library_dir}));
+  hooks.push_back(Hook(files.hook, {"create-symlinks", "--link", "libcuda.so.1::" + files.library_dir + "/libcuda.so"}));
+  hooks.push_back(Hook(files.hook, {"update-ldcache", "--folder", files.library_dir}));
 }
 
 }  // namespace danqing::deviceplugin

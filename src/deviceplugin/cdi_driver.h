@@ -31,6 +31,7 @@ struct DriverRoot {
   std::string local;           // where this process reads it ("/driver-root", or "/" on the host)
   std::string host = "/";      // the same directory on the host: the spec's hostPath prefix
   std::string version;         // nvmlSystemGetDriverVersion, e.g. "550.54.15"
+  std::string hook_path;       // nvidiaCTKPath, on the host; empty: no hooks
 };
 
 struct DriverFiles {
@@ -41,26 +42,32 @@ struct DriverFiles {
     bool operator==(const Mount&) const = default;
   };
   std::vector<Mount> mounts;
+  std::vector<Mount> soname_links;     // libcuda.so.1 etc., mounted only when there is no hook
   std::string library_dir;             // container path of libcuda.so.<version>'s directory; empty: not found
-  std::vector<std::string> warnings;   // what was looked for and not found
+  std::string hook;                    // the hook to name; empty: none (not asked for, or seen missing)
+  std::vector<std::string> warnings;   // each a sentence: what the spec goes without, and why
 
   bool operator==(const DriverFiles&) const = default;
 };
 
 // Finds the files of driver `root.version` under `root.local`. Libraries:
 // every `*.so.<version>` in the first library directory that holds
-// libcuda.so.<version>; a symlink is followed inside the root (an absolute
-// target is taken relative to the root, never to this process's /) and the
-// host path names the file it resolves to. Nothing found is not an error:
-// `library_dir` stays empty and `warnings` says why.
+// libcuda.so.<version>; then the tools, the GSP firmware and the daemons'
+// sockets. Paths are resolved inside the root, as the kernel would with the
+// root as "/" (a symlink anywhere on the path is followed, an absolute target
+// is taken from the root, ".." stops there), and the host path names the
+// file a path resolves to. No libcuda, no files at all: a driver is given
+// whole or not. The hook is dropped, with a warning, where the host's / is
+// the root and the hook is not in it. Nothing found is not an error:
+// `warnings` says what is missing.
 DriverFiles FindDriverFiles(const DriverRoot& root);
 
-// Adds `files` to a CDI containerEdits object: "mounts" and, when the
-// libraries were found, NVIDIA_VISIBLE_DEVICES=void (so that the NVIDIA
-// runtime, where it also runs, adds no GPU of its own) and the "hooks" run
-// at createContainer by `hook_path`
-// (nvidia-ctk, called as `nvidia-ctk hook <cmd>`, or nvidia-cdi-hook, called
-// as `nvidia-cdi-hook <cmd>`, chosen by the file name as NVIDIA does).
-void AddDriverEdits(const DriverFiles& files, std::string_view hook_path, nlohmann::json& container_edits);
+// Adds `files` to a CDI containerEdits object when the libraries were found:
+// "mounts"; NVIDIA_VISIBLE_DEVICES=void (so that the NVIDIA runtime, where it
+// also runs, adds no GPU of its own); and the "hooks" run at createContainer
+// by files.hook (nvidia-ctk, called as `nvidia-ctk hook <cmd>`, or
+// nvidia-cdi-hook, called as `nvidia-cdi-hook <cmd>`, chosen by the file name
+// as NVIDIA does), or, with no hook, the SONAME links mounted as files.
+void AddDriverEdits(const DriverFiles& files, nlohmann::json& container_edits);
 
 }  // namespace danqing::deviceplugin

@@ -190,7 +190,10 @@ void PluginManager::ApplyLocked(const std::shared_ptr<const ResourceSet>& set) {
   // once, and a runtime refuses a container whose CDI name no spec defines.
   // It names devices, not their health: a health change leaves it as it is,
   // and the hot path writes no file.
-  if (!cdi_written_ || previous == nullptr || !SameDevicesIgnoringHealth(*previous, *set)) WriteCdi(*set);
+  if (!cdi_written_ || previous == nullptr || previous->driver_version != set->driver_version ||
+      !SameDevicesIgnoringHealth(*previous, *set)) {
+    WriteCdi(*set);
+  }
   for (const auto& r : set->resources) {
     auto it = entries_.find(r.name);
     if (it == entries_.end()) {
@@ -447,6 +450,11 @@ void PluginManager::HandleInotify() {
   }
 }
 
+void PluginManager::RewriteCdiSpec() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (current_) WriteCdi(*current_);
+}
+
 void PluginManager::WriteCdi(const ResourceSet& set) {
   cdi_written_ = true;
   if (options_.cdi_root.empty() || !UsesCdi(options_.allocate)) return;
@@ -456,11 +464,7 @@ void PluginManager::WriteCdi(const ResourceSet& set) {
     spdlog::error("plugin: writing the CDI spec failed: {}", st.ToString());
     return;
   }
-  for (const auto& w : warnings) {
-    spdlog::warn("plugin: CDI spec without the driver's files: {}; a container given a GPU through CDI "
-                 "alone gets its device nodes but no CUDA driver (the NVIDIA runtime adds it)",
-                 w);
-  }
+  for (const auto& w : warnings) spdlog::warn("plugin: CDI spec {}", w);
 }
 
 void PluginManager::Run() {

@@ -107,6 +107,11 @@ class PluginManager {
   // to the manager thread.
   void Update(std::shared_ptr<const ResourceSet> set);
 
+  // Writes the CDI spec (cdi-* strategies) again from the current snapshot:
+  // the driver's files are looked for afresh (a reload calls it; health
+  // changes never rewrite the spec).
+  void RewriteCdiSpec();
+
   // Stops every server, removes the sockets, joins the thread. Idempotent.
   void Stop();
 

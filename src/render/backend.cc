@@ -36,7 +36,7 @@ BackendDecision DecideBackend(BackendChoice choice, const char* visible, const C
     d.gpu = true;
     d.reason = "gpu: " + std::to_string(probe.devices) + " CUDA device(s), using device 0" +
                (probe.name.empty() ? std::string() : " (" + probe.name + ")") +
-               (hidden ? "; NVIDIA_VISIBLE_DEVICES=" + vis + ", so given by CDI" : std::string());
+               (hidden ? "; NVIDIA_VISIBLE_DEVICES=" + vis + ", yet CUDA sees it (as when CDI injects it)" : std::string());
     return d;
   }
   if (choice == BackendChoice::kGpu) {

@@ -4,7 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -306,6 +308,30 @@ TEST_F(DaemonTest, CdiSpecCarriesTheDriverFromTheContainerDriverRoot) {
   EXPECT_EQ(spec["containerEdits"]["env"], nlohmann::json({"NVIDIA_VISIBLE_DEVICES=void"}));
   EXPECT_EQ(spec["devices"].size(), 8u);
   EXPECT_THAT(daemon.Output(), ::testing::Not(HasSubstr("CDI spec without the driver")));
+
+  // nvidia-persistenced starts on the node; a reload looks for the files afresh.
+  const std::string sock = root + "/run/nvidia-persistenced/socket";
+  std::filesystem::create_directories(root + "/run/nvidia-persistenced");
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sock.size(), sizeof(addr.sun_path));
+  sock.copy(addr.sun_path, sock.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ::close(fd);
+  ASSERT_TRUE(daemon.Signal(SIGHUP));
+  bool seen = false;
+  for (int i = 0; i < 100 && !seen; ++i) {
+    std::this_thread::sleep_for(50ms);
+    std::ifstream again(dir_ + "/cdi/k8s.device-plugin.danqing.io-gpu.json");
+    const auto reread = nlohmann::json::parse(again, nullptr, /*allow_exceptions=*/false);
+    if (reread.is_discarded()) continue;
+    for (const auto& m : reread["containerEdits"]["mounts"]) {
+      seen |= m["containerPath"] == "/run/nvidia-persistenced/socket";
+    }
+  }
+  EXPECT_TRUE(seen) << "a reload left the CDI spec as it was\n" << daemon.Output();
   ASSERT_TRUE(daemon.Signal(SIGTERM));
   EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
 }

@@ -129,7 +129,7 @@ TEST_F(DoctorTest, CdiDriverFilesAreLookedForUnderTheContainerDriverRoot) {
   const Finding* files = Find(findings, "CDI driver files");
   ASSERT_NE(files, nullptr);
   EXPECT_EQ(files->level, Finding::Level::kWarn);
-  EXPECT_THAT(files->detail, HasSubstr("device nodes only"));
+  EXPECT_THAT(files->detail, HasSubstr("goes without the driver's files"));
   EXPECT_THAT(files->fix, HasSubstr("deploy/overlays/cdi"));
 
   std::filesystem::create_directories(dir_ + "/driver-root/usr/lib64");
@@ -139,6 +139,18 @@ TEST_F(DoctorTest, CdiDriverFilesAreLookedForUnderTheContainerDriverRoot) {
   ASSERT_NE(files, nullptr);
   EXPECT_EQ(files->level, Finding::Level::kOk);
   EXPECT_THAT(files->detail, HasSubstr("1 file of driver 550.54.15 (libraries in /usr/lib64)"));
+  // The driver root is not the host's /: the hook cannot be seen from here.
+  const Finding* hook = Find(findings, "CDI hook");
+  ASSERT_NE(hook, nullptr);
+  EXPECT_EQ(hook->level, Finding::Level::kOk);
+  EXPECT_THAT(hook->detail, HasSubstr("/usr/bin/nvidia-ctk (on the host; not visible here to check)"));
+  // The host's / as the driver root, without the toolkit: the hook is seen missing.
+  cfg.flags.nvidia_driver_root = "/";
+  hook = Find(findings = RunDoctor(cfg, NvmlBackendFactory(), {}), "CDI hook");
+  ASSERT_NE(hook, nullptr);
+  EXPECT_EQ(hook->level, Finding::Level::kWarn);
+  EXPECT_THAT(hook->detail, HasSubstr("is not on this node"));
+  EXPECT_THAT(hook->fix, HasSubstr("NVIDIA Container Toolkit"));
 
   cfg.flags.plugin.device_list_strategy = {config::DeviceListStrategy::kEnvvar};
   EXPECT_EQ(Find(RunDoctor(cfg, NvmlBackendFactory(), {}), "CDI driver files"), nullptr);

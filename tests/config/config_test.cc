@@ -586,6 +586,10 @@ const ErrorCase kErrorCases[] = {
      "expected trace, debug, info, warn, error, critical or off"},
     {"RelativeDevicePluginPath", "version: v1\ndanqing:\n  devicePluginPath: device-plugins\n",
      "test.yaml:3:21: danqing.devicePluginPath: ", "expected an absolute path"},
+    {"RelativeHookPath", "version: v1\nflags:\n  plugin:\n    nvidiaCTKPath: nvidia-ctk\n",
+     "test.yaml:4:20: flags.plugin.nvidiaCTKPath: ", "expected the absolute path of the CDI hook binary"},
+    {"HookPathIsADirectory", "version: v1\nflags:\n  plugin:\n    nvidiaCTKPath: /usr/bin/\n",
+     "test.yaml:4:20: flags.plugin.nvidiaCTKPath: ", "or empty for none"},
     {"SocketPathTooLong",
      "version: v1\ndanqing:\n  podResourcesSocket: /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.sock\n",
@@ -873,6 +877,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValueCase{"DANQING_LOG_LEVEL", "loud", "invalid log level \"loud\""},
         BadValueCase{"DANQING_METRICS_ADDR", "localhost", "has no port"},
         BadValueCase{"DANQING_CDI_ROOT", "cdi", "expected an absolute path"},
+        BadValueCase{"NVIDIA_CDI_HOOK_PATH", "nvidia-cdi-hook", "absolute path of the CDI hook"},
         BadValueCase{"IMEX_CHANNEL_IDS", "zero", "invalid integer \"zero\""}));
 
 TEST(ResolveTest, BadFlagNamesTheFlag) {

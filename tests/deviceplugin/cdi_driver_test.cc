@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "deviceplugin/allocate.h"
@@ -68,7 +69,16 @@ class DriverRootTest : public ::testing::Test {
     File("/lib/firmware/nvidia/" + v + "/README");
   }
   std::string Root() const { return dir_.path() + "/root"; }
-  DriverRoot At(std::string host = "/run/nvidia/driver") const { return {Root(), std::move(host), kVersion}; }
+  // The GPU Operator's layout by default: the hook on the host cannot be
+  // seen from here, so it is taken as configured.
+  DriverRoot At(std::string host = "/run/nvidia/driver", std::string hook = "/usr/bin/nvidia-ctk") const {
+    return {.local = Root(), .host = std::move(host), .version = kVersion, .hook_path = std::move(hook)};
+  }
+  static nlohmann::json Edits(const DriverFiles& f) {
+    nlohmann::json edits = {{"deviceNodes", nlohmann::json::array()}};
+    AddDriverEdits(f, edits);
+    return edits;
+  }
 
   static std::vector<std::string> ContainerPaths(const DriverFiles& f) {
     std::vector<std::string> out;
@@ -126,7 +136,47 @@ TEST_F(DriverRootTest, SymlinksAreFollowedInsideTheRootOnly) {
   EXPECT_EQ(nvvm->host_path, "/run/nvidia/driver" + std::string(kLib) + "/nvidia/libnvidia-nvvm.so.550.54.15");
   EXPECT_EQ(Find(f, std::string(kLib) + "/libnvidia-escape.so.550.54.15"), nullptr);
   EXPECT_EQ(Find(f, std::string(kLib) + "/libnvidia-loop.so.550.54.15"), nullptr);
-  for (const auto& m : f.mounts) EXPECT_THAT(m.host_path, ::testing::StartsWith("/run/nvidia/driver/"));
+}
+
+// Directories on the way are links too (merged /usr, /var/run -> /run,
+// vendor trees): each is followed inside the root, never in this process's
+// own file system, and the host path names where the file really is.
+TEST_F(DriverRootTest, DirectoryLinksAreFollowedInsideTheRootToo) {
+  // Outside the root, at the absolute path a link names: must never be used.
+  const std::string outside = dir_.path() + "/outside";
+  fs::create_directories(outside);
+  std::ofstream(outside + "/libcuda.so.550.54.15") << "ELF";
+  std::ofstream(outside + "/libnvidia-ml.so.550.54.15") << "ELF";
+  Link("/usr/lib64", outside);  // absolute: re-rooted, not there
+  EXPECT_TRUE(FindDriverFiles(At()).library_dir.empty()) << "followed a directory link out of the root";
+  fs::remove(Root() + "/usr/lib64");
+  Link("/usr/lib64", "../../../../../../../../../../../.." + outside);  // relative, climbing: clamped at the root
+  EXPECT_TRUE(FindDriverFiles(At()).library_dir.empty()) << "climbed out of the root";
+  fs::remove(Root() + "/usr/lib64");
+
+  // A vendor tree behind an absolute link, inside the root.
+  File("/opt/nvidia/lib/libcuda.so.550.54.15");
+  File("/opt/nvidia/lib/libnvidia-ml.so.550.54.15");
+  Link("/usr/lib64", "/opt/nvidia/lib");
+  // /var/run -> /run (absolute on Debian), the socket only in the root's /run.
+  Socket("/run/nvidia-fabricmanager/socket");
+  Link("/var/run", "/run");
+  // Merged /usr: /bin -> usr/bin; the tool only there.
+  File("/usr/bin/nvidia-debugdump");
+  Link("/bin", "usr/bin");
+
+  const DriverFiles f = FindDriverFiles(At());
+  EXPECT_EQ(f.library_dir, "/usr/lib64");
+  const auto* cuda = Find(f, "/usr/lib64/libcuda.so.550.54.15");
+  ASSERT_NE(cuda, nullptr);
+  EXPECT_EQ(cuda->host_path, "/run/nvidia/driver/opt/nvidia/lib/libcuda.so.550.54.15");
+  const auto* fm = Find(f, "/run/nvidia-fabricmanager/socket");
+  ASSERT_NE(fm, nullptr);
+  EXPECT_EQ(fm->host_path, "/run/nvidia/driver/run/nvidia-fabricmanager/socket");
+  const auto* dump = Find(f, "/usr/bin/nvidia-debugdump");
+  ASSERT_NE(dump, nullptr) << "the first of usr/bin, usr/sbin, bin, sbin";
+  EXPECT_EQ(dump->host_path, "/run/nvidia/driver/usr/bin/nvidia-debugdump");
+  for (const auto& m : f.mounts) EXPECT_EQ(m.host_path.find(outside), std::string::npos) << m.host_path;
 }
 
 TEST_F(DriverRootTest, TheFirstLibraryDirectoryWithLibcudaIsTheDriversAndSocketsAreNoexec) {
@@ -144,8 +194,7 @@ TEST_F(DriverRootTest, TheFirstLibraryDirectoryWithLibcudaIsTheDriversAndSockets
   EXPECT_TRUE(persistenced->socket);
   ASSERT_NE(Find(f, "/var/run/nvidia-fabricmanager/socket"), nullptr);
 
-  nlohmann::json edits = {{"deviceNodes", nlohmann::json::array()}};
-  AddDriverEdits(f, "/usr/bin/nvidia-cdi-hook", edits);
+  const nlohmann::json edits = Edits(f);
   bool saw_socket = false;
   for (const auto& m : edits["mounts"]) {
     const bool is_socket = m["containerPath"].get<std::string>().ends_with("/socket");
@@ -158,10 +207,7 @@ TEST_F(DriverRootTest, TheFirstLibraryDirectoryWithLibcudaIsTheDriversAndSockets
 
 TEST_F(DriverRootTest, HooksFollowTheHookBinarysConvention) {
   InstallDriver();
-  const DriverFiles f = FindDriverFiles(At());
-
-  nlohmann::json ctk;
-  AddDriverEdits(f, "/usr/bin/nvidia-ctk", ctk);
+  const nlohmann::json ctk = Edits(FindDriverFiles(At()));
   ASSERT_EQ(ctk["hooks"].size(), 2u);
   EXPECT_EQ(ctk["hooks"][0]["hookName"], "createContainer");
   EXPECT_EQ(ctk["hooks"][0]["path"], "/usr/bin/nvidia-ctk");
@@ -169,20 +215,46 @@ TEST_F(DriverRootTest, HooksFollowTheHookBinarysConvention) {
                                                      "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"}));
   EXPECT_EQ(ctk["hooks"][1]["args"],
             nlohmann::json({"nvidia-ctk", "hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"}));
+  EXPECT_EQ(ctk["env"], nlohmann::json({"NVIDIA_VISIBLE_DEVICES=void"}));
+  // With the hook, its ldconfig makes the SONAME links: none is mounted
+  // (a file where ldconfig puts a link would make the hook fail).
+  for (const auto& m : ctk["mounts"]) {
+    EXPECT_FALSE(m["containerPath"].get<std::string>().ends_with(".so.1")) << m.dump();
+  }
 
-  nlohmann::json hook;
-  AddDriverEdits(f, "/usr/local/nvidia/toolkit/nvidia-cdi-hook", hook);
+  const nlohmann::json hook = Edits(FindDriverFiles(At("/run/nvidia/driver", "/usr/local/nvidia/toolkit/nvidia-cdi-hook")));
   EXPECT_EQ(hook["hooks"][1]["path"], "/usr/local/nvidia/toolkit/nvidia-cdi-hook");
   EXPECT_EQ(hook["hooks"][1]["args"],
             nlohmann::json({"nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"}));
+}
 
-  EXPECT_EQ(ctk["env"], nlohmann::json({"NVIDIA_VISIBLE_DEVICES=void"}));
-
-  nlohmann::json none;
-  AddDriverEdits(f, "", none);
-  EXPECT_FALSE(none.contains("hooks"));
-  EXPECT_EQ(none["env"], nlohmann::json({"NVIDIA_VISIBLE_DEVICES=void"}));
-  EXPECT_EQ(none["mounts"].size(), f.mounts.size());
+// Without a hook nobody runs ldconfig in the container: libcuda.so.1 (what
+// CUDA's runtime dlopens) must then be there as a file of its own.
+TEST_F(DriverRootTest, WithoutAHookTheSonameLinksAreMounted) {
+  InstallDriver();
+  const std::string lib = kLib;
+  for (const DriverRoot& root : {At("/run/nvidia/driver", ""), At("/", "/usr/bin/nvidia-ctk")}) {
+    SCOPED_TRACE(root.host + " " + root.hook_path);
+    const DriverFiles f = FindDriverFiles(root);
+    EXPECT_TRUE(f.hook.empty());
+    const nlohmann::json edits = Edits(f);
+    EXPECT_FALSE(edits.contains("hooks"));
+    EXPECT_EQ(edits["env"], nlohmann::json({"NVIDIA_VISIBLE_DEVICES=void"}));
+    std::map<std::string, std::string> mounts;
+    for (const auto& m : edits["mounts"]) mounts[m["containerPath"]] = m["hostPath"];
+    const std::string host = root.host == "/" ? "" : root.host;
+    EXPECT_EQ(mounts[lib + "/libcuda.so.1"], host + lib + "/libcuda.so.550.54.15");
+    EXPECT_EQ(mounts[lib + "/libnvidia-ml.so.1"], host + lib + "/libnvidia-ml.so.550.54.15");
+    EXPECT_EQ(mounts.count(lib + "/libz.so.1"), 0u) << "not a link to the driver";
+  }
+  // The host's / mounted here: a hook that is not on it is seen missing and
+  // dropped, with a warning (a runtime would refuse every container naming it).
+  const DriverFiles missing = FindDriverFiles(At("/", "/usr/bin/nvidia-ctk"));
+  EXPECT_THAT(missing.warnings, ElementsAre(HasSubstr("the CDI hook /usr/bin/nvidia-ctk (nvidiaCTKPath) is not on this node")));
+  File("/usr/bin/nvidia-ctk");
+  const DriverFiles present = FindDriverFiles(At("/", "/usr/bin/nvidia-ctk"));
+  EXPECT_EQ(present.hook, "/usr/bin/nvidia-ctk");
+  EXPECT_THAT(present.warnings, IsEmpty());
 }
 
 TEST_F(DriverRootTest, WhatIsMissingIsSaidAndNothingIsMounted) {
@@ -201,12 +273,11 @@ TEST_F(DriverRootTest, WhatIsMissingIsSaidAndNothingIsMounted) {
 
   // NVML gave no version.
   InstallDriver();
-  f = FindDriverFiles({Root(), "/", ""});
+  f = FindDriverFiles({.local = Root(), .host = "/", .version = "", .hook_path = "/usr/bin/nvidia-ctk"});
   EXPECT_THAT(f.mounts, IsEmpty());
   EXPECT_THAT(f.warnings, ElementsAre(HasSubstr("version is unknown")));
 
-  nlohmann::json edits = {{"deviceNodes", nlohmann::json::array()}};
-  AddDriverEdits(f, "/usr/bin/nvidia-ctk", edits);
+  const nlohmann::json edits = Edits(f);
   EXPECT_FALSE(edits.contains("mounts"));
   EXPECT_FALSE(edits.contains("hooks"));
   EXPECT_FALSE(edits.contains("env")) << "without the libraries the NVIDIA runtime must still complete the container";

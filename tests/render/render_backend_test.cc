@@ -55,7 +55,7 @@ TEST(BackendTest, AutoPicksGpuOnlyWithAVisibleDevice) {
   for (const char* v : {"void", "none"}) {
     d = DecideBackend(BackendChoice::kAuto, v, Compiled(2));
     EXPECT_TRUE(d.gpu) << v;
-    EXPECT_NE(d.reason.find(std::string("NVIDIA_VISIBLE_DEVICES=") + v + ", so given by CDI"), std::string::npos)
+    EXPECT_NE(d.reason.find(std::string("NVIDIA_VISIBLE_DEVICES=") + v + ", yet CUDA sees it"), std::string::npos)
         << d.reason;
     d = DecideBackend(BackendChoice::kAuto, v, Compiled(0, "cudaGetDeviceCount: cudaErrorNoDevice"));
     EXPECT_FALSE(d.gpu) << v;

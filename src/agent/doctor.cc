@@ -263,10 +263,13 @@ void CheckGpus(const config::Config& cfg, const BackendFactory& factory, Finding
                 " (libraries in " + files.library_dir + ") under " + cfg.flags.plugin.container_driver_root);
       if (!files.hook.empty()) {
         f.Add(Level::kOk, "CDI hook",
-              files.hook + (cfg.flags.nvidia_driver_root == "/" ? " is on the node"
+              files.hook + (deviceplugin::IsHostRoot(cfg.flags.nvidia_driver_root) ? " is on the node"
                                                                  : " (on the host; not visible here to check)"));
       } else if (cfg.flags.plugin.nvidia_ctk_path.empty()) {
-        f.Add(Level::kInfo, "CDI hook", "none (nvidiaCTKPath is empty): the SONAME links are mounted instead");
+        f.Add(Level::kInfo, "CDI hook",
+              "none (nvidiaCTKPath is empty): the SONAME links are mounted instead, in " + files.library_dir +
+                  " and " + std::string(deviceplugin::kNoHookLibraryDir) +
+                  "; an image whose loader searches neither (no ld.so.cache entry is made) will not find libcuda");
       } else {
         f.Add(Level::kWarn, "CDI hook", "the CDI spec goes " + why,
               "install the NVIDIA Container Toolkit on the node, or set nvidiaCTKPath to its nvidia-ctk or "

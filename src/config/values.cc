@@ -470,7 +470,8 @@ std::string CheckAbsolutePath(std::string_view path) {
 
 std::string CheckHookPath(std::string_view path) {
   if (path.empty()) return "";  // no hooks
-  if (path.front() != '/' || path.back() == '/') {
+  const std::string_view last = path.substr(path.rfind('/') + 1);
+  if (path.front() != '/' || last.empty() || last == "." || last == "..") {
     return "expected the absolute path of the CDI hook binary (or empty for none), got " + Quote(path);
   }
   return "";

@@ -49,14 +49,16 @@ std::optional<std::string> Resolve(const std::string& root, std::string_view pat
     for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo.emplace_back(*it);
   };
   push(path);
+  // "name/" names a directory only, as for the kernel.
+  if (!path.empty() && path.back() == '/') todo.insert(todo.begin(), ".");
   std::vector<std::string> done;  // resolved: no symlink among them
   fs::file_type type = fs::file_type::directory;
   int links = 0;
   while (!todo.empty()) {
     std::string c = std::move(todo.back());
     todo.pop_back();
+    if (type != fs::file_type::directory) return std::nullopt;  // "file/more", "file/."
     if (c == ".") continue;
-    if (type != fs::file_type::directory) return std::nullopt;  // "file/more"
     if (c == "..") {
       if (!done.empty()) done.pop_back();
       continue;
@@ -75,7 +77,9 @@ std::optional<std::string> Resolve(const std::string& root, std::string_view pat
     if (ec) return std::nullopt;
     done.pop_back();
     if (target.is_absolute()) done.clear();
-    push(target.string());
+    const std::string t = target.string();
+    if (!t.empty() && t.back() == '/') todo.emplace_back(".");
+    push(t);
   }
   if (type != want) return std::nullopt;
   return JoinComponents(done);
@@ -136,7 +140,15 @@ nlohmann::json Hook(const std::string& hook_path, std::vector<std::string> args)
 
 }  // namespace
 
-DriverFiles FindDriverFiles(const DriverRoot& root) {
+bool IsHostRoot(std::string_view host) {
+  return host.empty() || fs::path(host).lexically_normal() == "/";
+}
+
+DriverFiles FindDriverFiles(const DriverRoot& given) {
+  DriverRoot root = given;
+  // "//run/nvidia/driver/" names /run/nvidia/driver: host paths are built on it.
+  root.host = IsHostRoot(given.host) ? "/" : fs::path(given.host).lexically_normal().string();
+  while (root.host.size() > 1 && root.host.back() == '/') root.host.pop_back();
   DriverFiles out;
   if (root.version.empty()) {
     out.warnings.push_back("without the driver's files: the driver version is unknown, so its libraries cannot "
@@ -227,11 +239,13 @@ DriverFiles FindDriverFiles(const DriverRoot& root) {
   // here, a hook that is not there can be seen to be missing; a runtime would
   // refuse every container naming it, so the spec goes without.
   out.hook = root.hook_path;
-  if (!out.hook.empty() && (root.host.empty() || root.host == "/") &&
+  if (!out.hook.empty() && root.host == "/" &&
       !Resolve(root.local, out.hook, fs::file_type::regular)) {
     out.warnings.push_back("without hooks: the CDI hook " + out.hook + " (nvidiaCTKPath) is not on this node (no " +
                            Under(root.local, out.hook) +
-                           "); the libraries' SONAME links are mounted instead of made by its update-ldcache");
+                           "); the libraries' SONAME links are mounted instead of made by its update-ldcache, "
+                           "in the library directory and in " + std::string(kNoHookLibraryDir) +
+                           " (an image whose loader searches neither will not find libcuda)");
     out.hook.clear();
   }
   return out;
@@ -251,7 +265,17 @@ void AddDriverEdits(const DriverFiles& files, nlohmann::json& container_edits) {
   // libcuda.so.1 and the other SONAME links: mount them as files. (With it,
   // a file mounted where ldconfig puts a link would make the hook fail.)
   if (files.hook.empty()) {
-    for (const auto& m : files.soname_links) mount(m);
+    for (const auto& m : files.soname_links) {
+      mount(m);
+      // Nor does the container's loader then search a directory its own
+      // distribution does not use (a RHEL host's /usr/lib64 under an Ubuntu
+      // image): the links go also where CUDA's images point LD_LIBRARY_PATH.
+      if (files.library_dir != kNoHookLibraryDir) {
+        DriverFiles::Mount copy = m;
+        copy.container_path = std::string(kNoHookLibraryDir) + "/" + fs::path(m.container_path).filename().string();
+        mount(copy);
+      }
+    }
   }
   // The spec now gives the container a complete driver: keep the NVIDIA
   // runtime's own hook from adding GPUs beside it (an image that sets

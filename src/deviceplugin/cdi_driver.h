@@ -27,6 +27,13 @@ inline constexpr std::string_view kDriverLibraryDirs[] = {
     "/usr/lib64",  "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64",
     "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib"};
 
+// Where a spec without hooks also mounts the SONAME links: CUDA's images
+// set LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64.
+inline constexpr std::string_view kNoHookLibraryDir = "/usr/local/nvidia/lib64";
+
+// Whether `host` names the host's own / ("", "/", "//").
+bool IsHostRoot(std::string_view host);
+
 struct DriverRoot {
   std::string local;           // where this process reads it ("/driver-root", or "/" on the host)
   std::string host = "/";      // the same directory on the host: the spec's hostPath prefix
@@ -67,7 +74,8 @@ DriverFiles FindDriverFiles(const DriverRoot& root);
 // also runs, adds no GPU of its own); and the "hooks" run at createContainer
 // by files.hook (nvidia-ctk, called as `nvidia-ctk hook <cmd>`, or
 // nvidia-cdi-hook, called as `nvidia-cdi-hook <cmd>`, chosen by the file name
-// as NVIDIA does), or, with no hook, the SONAME links mounted as files.
+// as NVIDIA does), or, with no hook, the SONAME links mounted as files, in
+// the library directory and in kNoHookLibraryDir.
 void AddDriverEdits(const DriverFiles& files, nlohmann::json& container_edits);
 
 }  // namespace danqing::deviceplugin

@@ -452,7 +452,8 @@ void PluginManager::HandleInotify() {
 
 void PluginManager::RewriteCdiSpec() {
   std::lock_guard<std::mutex> l(mu_);
-  if (current_) WriteCdi(*current_);
+  cdi_written_ = false;  // a snapshot still pending writes it when applied
+  if (!pending_ && current_) WriteCdi(*current_);
 }
 
 void PluginManager::WriteCdi(const ResourceSet& set) {

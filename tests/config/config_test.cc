@@ -878,6 +878,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValueCase{"DANQING_METRICS_ADDR", "localhost", "has no port"},
         BadValueCase{"DANQING_CDI_ROOT", "cdi", "expected an absolute path"},
         BadValueCase{"NVIDIA_CDI_HOOK_PATH", "nvidia-cdi-hook", "absolute path of the CDI hook"},
+        BadValueCase{"NVIDIA_CTK_PATH", "/usr/bin/.", "absolute path of the CDI hook"},
         BadValueCase{"IMEX_CHANNEL_IDS", "zero", "invalid integer \"zero\""}));
 
 TEST(ResolveTest, BadFlagNamesTheFlag) {

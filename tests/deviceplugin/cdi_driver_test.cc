@@ -138,6 +138,23 @@ TEST_F(DriverRootTest, SymlinksAreFollowedInsideTheRootOnly) {
   EXPECT_EQ(Find(f, std::string(kLib) + "/libnvidia-loop.so.550.54.15"), nullptr);
 }
 
+// As the kernel: "file/" and "file/." name nothing (ENOTDIR), also as a
+// link's target; a host root written "//x/" is /x.
+TEST_F(DriverRootTest, ATrailingSlashNamesADirectoryOnlyAndTheHostRootIsNormalised) {
+  InstallDriver();
+  Link(std::string(kLib) + "/libnvidia-slash.so.550.54.15", "libnvidia-ml.so.550.54.15/");
+  Link(std::string(kLib) + "/libnvidia-dot.so.550.54.15", "libnvidia-ml.so.550.54.15/.");
+  const DriverFiles f = FindDriverFiles(At("//run/nvidia/driver/"));
+  EXPECT_EQ(Find(f, std::string(kLib) + "/libnvidia-slash.so.550.54.15"), nullptr);
+  EXPECT_EQ(Find(f, std::string(kLib) + "/libnvidia-dot.so.550.54.15"), nullptr);
+  const auto* ml = Find(f, std::string(kLib) + "/libnvidia-ml.so.550.54.15");
+  ASSERT_NE(ml, nullptr);
+  EXPECT_EQ(ml->host_path, "/run/nvidia/driver" + std::string(kLib) + "/libnvidia-ml.so.550.54.15");
+  EXPECT_TRUE(IsHostRoot("//"));
+  EXPECT_TRUE(IsHostRoot(""));
+  EXPECT_FALSE(IsHostRoot("/run/nvidia/driver"));
+}
+
 // Directories on the way are links too (merged /usr, /var/run -> /run,
 // vendor trees): each is followed inside the root, never in this process's
 // own file system, and the host path names where the file really is.
@@ -246,6 +263,9 @@ TEST_F(DriverRootTest, WithoutAHookTheSonameLinksAreMounted) {
     EXPECT_EQ(mounts[lib + "/libcuda.so.1"], host + lib + "/libcuda.so.550.54.15");
     EXPECT_EQ(mounts[lib + "/libnvidia-ml.so.1"], host + lib + "/libnvidia-ml.so.550.54.15");
     EXPECT_EQ(mounts.count(lib + "/libz.so.1"), 0u) << "not a link to the driver";
+    // No ld.so.cache entry is made: also where CUDA's images point LD_LIBRARY_PATH.
+    EXPECT_EQ(mounts["/usr/local/nvidia/lib64/libcuda.so.1"], host + lib + "/libcuda.so.550.54.15");
+    EXPECT_EQ(mounts.count("/usr/local/nvidia/lib64/libcuda.so.550.54.15"), 0u);
   }
   // The host's / mounted here: a hook that is not on it is seen missing and
   // dropped, with a warning (a runtime would refuse every container naming it).

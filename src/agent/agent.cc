@@ -100,9 +100,13 @@ deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg) {
   a.pass_device_specs = cfg.flags.plugin.pass_device_specs;
   a.dev_root = cfg.flags.nvidia_dev_root.empty() ? cfg.flags.nvidia_driver_root : cfg.flags.nvidia_dev_root;
   a.cdi_annotation_prefix = cfg.flags.plugin.cdi_annotation_prefix;
-  a.driver_root_local = cfg.flags.plugin.container_driver_root;
-  a.driver_root_host = cfg.flags.nvidia_driver_root;
-  a.cdi_hook_path = cfg.flags.plugin.nvidia_ctk_path;
+  // Only a CDI spec uses these: under envvar a change to them must not
+  // restart the plugin servers.
+  if (deviceplugin::UsesCdi(a)) {
+    a.driver_root_local = cfg.flags.plugin.container_driver_root;
+    a.driver_root_host = cfg.flags.nvidia_driver_root;
+    a.cdi_hook_path = cfg.flags.plugin.nvidia_ctk_path;
+  }
   a.mig_cap_minors = ReadMigCapMinors();
   return m;
 }

@@ -69,6 +69,10 @@ bool Has(const AllocateOptions& o, DeviceListStrategy s) {
 
 }  // namespace
 
+bool UsesCdi(const AllocateOptions& o) {
+  return Has(o, DeviceListStrategy::kCdiAnnotations) || Has(o, DeviceListStrategy::kCdiCri);
+}
+
 Result<MigCapMinors> ParseMigCapMinors(std::string_view text) {
   MigCapMinors out;
   std::istringstream in{std::string(text)};

@@ -41,6 +41,10 @@ struct AllocateOptions {
   bool operator==(const AllocateOptions&) const = default;
 };
 
+// Whether a cdi-* strategy is among the device list strategies (a CDI spec
+// is then written).
+bool UsesCdi(const AllocateOptions& options);
+
 inline constexpr std::string_view kVisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES";
 inline constexpr std::string_view kVolumeMountDir = "/var/run/nvidia-container-devices";
 

@@ -72,12 +72,6 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-bool UsesCdi(const AllocateOptions& o) {
-  return std::any_of(o.device_list_strategies.begin(), o.device_list_strategies.end(), [](auto s) {
-    return s == DeviceListStrategy::kCdiAnnotations || s == DeviceListStrategy::kCdiCri;
-  });
-}
-
 }  // namespace
 
 PluginManager::PluginManager(ManagerOptions options) : options_(std::move(options)) {}

@@ -156,6 +156,20 @@ TEST_F(DoctorTest, CdiDriverFilesAreLookedForUnderTheContainerDriverRoot) {
   EXPECT_EQ(Find(RunDoctor(cfg, NvmlBackendFactory(), {}), "CDI driver files"), nullptr);
 }
 
+// The driver root and hook matter to a CDI spec only: under envvar a change
+// to them leaves the plugin servers' options (and so the servers) as they are.
+TEST(ManagerOptionsTest, CdiSettingsCountOnlyWithACdiStrategy) {
+  config::Config a;
+  config::Config b = a;
+  b.flags.plugin.nvidia_ctk_path = "/usr/local/nvidia/toolkit/nvidia-cdi-hook";
+  b.flags.plugin.container_driver_root = "/host";
+  EXPECT_TRUE(ManagerOptionsFrom(a) == ManagerOptionsFrom(b));
+  a.flags.plugin.device_list_strategy = b.flags.plugin.device_list_strategy = {config::DeviceListStrategy::kCdiCri};
+  EXPECT_FALSE(ManagerOptionsFrom(a) == ManagerOptionsFrom(b));
+  EXPECT_EQ(ManagerOptionsFrom(b).allocate.cdi_hook_path, "/usr/local/nvidia/toolkit/nvidia-cdi-hook");
+  EXPECT_EQ(ManagerOptionsFrom(b).allocate.driver_root_local, "/host");
+}
+
 TEST_F(DoctorTest, NoDriverBadConfigAndCdiOffInTheRuntime) {
   config::Config cfg = Config();
   cfg.danqing.nvml_lib = dir_ + "/no-such/libnvidia-ml.so.1";

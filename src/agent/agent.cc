@@ -102,7 +102,7 @@ deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg) {
   a.cdi_annotation_prefix = cfg.flags.plugin.cdi_annotation_prefix;
   // Only a CDI spec uses these: under envvar a change to them must not
   // restart the plugin servers.
-  if (deviceplugin::UsesCdi(a)) {
+  if (deviceplugin::UsesCdi(a.device_list_strategies)) {
     a.driver_root_local = cfg.flags.plugin.container_driver_root;
     a.driver_root_host = cfg.flags.nvidia_driver_root;
     a.cdi_hook_path = cfg.flags.plugin.nvidia_ctk_path;

@@ -48,16 +48,7 @@ bool Listening(const std::string& path) {
   return ok;
 }
 
-std::string Join(const std::string& root, const std::string& path) {
-  if (root.empty() || root == "/") return path;
-  return (root.back() == '/' ? root.substr(0, root.size() - 1) : root) + path;
-}
-
-bool UsesCdi(const config::Config& cfg) {
-  const auto& s = cfg.flags.plugin.device_list_strategy;
-  return std::find(s.begin(), s.end(), config::DeviceListStrategy::kCdiAnnotations) != s.end() ||
-         std::find(s.begin(), s.end(), config::DeviceListStrategy::kCdiCri) != s.end();
-}
+bool UsesCdi(const config::Config& cfg) { return deviceplugin::UsesCdi(cfg.flags.plugin.device_list_strategy); }
 
 class Findings {
  public:
@@ -231,7 +222,9 @@ void CheckGpus(const config::Config& cfg, const BackendFactory& factory, Finding
     if (g.minor_number) nodes.push_back("/dev/nvidia" + std::to_string(*g.minor_number));
   }
   for (const auto& n : nodes) {
-    if (KindOf(Join(dev_root, n)) != Kind::kCharDevice) missing.push_back(Join(dev_root, n));
+    if (KindOf(deviceplugin::UnderRoot(dev_root, n)) != Kind::kCharDevice) {
+      missing.push_back(deviceplugin::UnderRoot(dev_root, n));
+    }
   }
   if (missing.empty()) {
     f.Add(Level::kOk, "device nodes", std::to_string(nodes.size()) + " present under " + dev_root);

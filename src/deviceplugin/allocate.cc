@@ -1,5 +1,6 @@
 #include "deviceplugin/allocate.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -11,13 +12,6 @@
 
 namespace danqing::deviceplugin {
 namespace {
-
-std::string JoinPath(const std::string& root, std::string_view path) {
-  if (root.empty() || root == "/") return std::string(path);
-  std::string out = root;
-  if (out.back() == '/') out.pop_back();
-  return out + std::string(path);
-}
 
 // FNV-1a, for a short stable annotation key from a container's device list.
 uint64_t Fnv1a(std::string_view s) {
@@ -57,7 +51,7 @@ std::vector<std::string> ControlNodes(const std::string& dev_root) {
   std::vector<std::string> out;
   for (const char* n : kNodes) {
     std::error_code ec;
-    if (std::filesystem::exists(JoinPath(dev_root, n), ec) || std::filesystem::exists(n, ec)) out.emplace_back(n);
+    if (std::filesystem::exists(UnderRoot(dev_root, n), ec) || std::filesystem::exists(n, ec)) out.emplace_back(n);
   }
   return out;
 }
@@ -69,8 +63,10 @@ bool Has(const AllocateOptions& o, DeviceListStrategy s) {
 
 }  // namespace
 
-bool UsesCdi(const AllocateOptions& o) {
-  return Has(o, DeviceListStrategy::kCdiAnnotations) || Has(o, DeviceListStrategy::kCdiCri);
+bool UsesCdi(const std::vector<DeviceListStrategy>& strategies) {
+  return std::any_of(strategies.begin(), strategies.end(), [](DeviceListStrategy s) {
+    return s == DeviceListStrategy::kCdiAnnotations || s == DeviceListStrategy::kCdiCri;
+  });
 }
 
 Result<MigCapMinors> ParseMigCapMinors(std::string_view text) {
@@ -164,7 +160,7 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
       if (!added.insert(path).second) return;
       auto* spec = resp.add_devices();
       spec->set_container_path(path);
-      spec->set_host_path(JoinPath(options.dev_root, path));
+      spec->set_host_path(UnderRoot(options.dev_root, path));
       spec->set_permissions("rw");
     };
     for (const auto& n : ControlNodes(options.dev_root)) add(n);
@@ -188,7 +184,7 @@ Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root, const A
       if (!done.insert(d.device_uuid).second) continue;
       nlohmann::json nodes = nlohmann::json::array();
       for (const auto& n : DeviceNodes(d, options.mig_cap_minors)) {
-        nodes.push_back({{"path", n}, {"hostPath", JoinPath(options.dev_root, n)}});
+        nodes.push_back({{"path", n}, {"hostPath", UnderRoot(options.dev_root, n)}});
       }
       // No env edit: CDI applies each device's edits in turn, so one
       // NVIDIA_VISIBLE_DEVICES per device would leave a container given
@@ -199,7 +195,7 @@ Status WriteCdiSpec(const ResourceSet& set, const std::string& cdi_root, const A
   }
   nlohmann::json control = nlohmann::json::array();
   for (const auto& n : ControlNodes(options.dev_root)) {
-    control.push_back({{"path", n}, {"hostPath", JoinPath(options.dev_root, n)}});
+    control.push_back({{"path", n}, {"hostPath", UnderRoot(options.dev_root, n)}});
   }
   nlohmann::json common = {{"deviceNodes", std::move(control)}};
   if (!options.driver_root_local.empty()) {

@@ -43,7 +43,7 @@ struct AllocateOptions {
 
 // Whether a cdi-* strategy is among the device list strategies (a CDI spec
 // is then written).
-bool UsesCdi(const AllocateOptions& options);
+bool UsesCdi(const std::vector<DeviceListStrategy>& strategies);
 
 inline constexpr std::string_view kVisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES";
 inline constexpr std::string_view kVolumeMountDir = "/var/run/nvidia-container-devices";

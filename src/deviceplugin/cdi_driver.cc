@@ -11,13 +11,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Under(const std::string& root, std::string_view path) {
-  if (root.empty() || root == "/") return std::string(path);
-  std::string out = root;
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out + std::string(path);
-}
-
 std::vector<std::string_view> Components(std::string_view path) {
   std::vector<std::string_view> out;
   size_t i = 0;
@@ -64,7 +57,7 @@ std::optional<std::string> Resolve(const std::string& root, std::string_view pat
       continue;
     }
     done.push_back(std::move(c));
-    const std::string here = Under(root, JoinComponents(done));
+    const std::string here = UnderRoot(root, JoinComponents(done));
     std::error_code ec;
     const auto st = fs::symlink_status(here, ec);
     if (ec) return std::nullopt;
@@ -109,7 +102,7 @@ std::vector<std::string> SortedNames(const std::string& root, const std::string&
   const auto resolved = Resolve(root, dir, fs::file_type::directory);
   if (!resolved) return names;
   std::error_code ec;
-  for (fs::directory_iterator it(Under(root, *resolved), ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(UnderRoot(root, *resolved), ec), end; !ec && it != end; it.increment(ec)) {
     names.push_back(it->path().filename().string());
   }
   std::sort(names.begin(), names.end());
@@ -122,7 +115,7 @@ bool IsSymlink(const std::string& root, const std::string& path) {
   const auto dir = Resolve(root, p.parent_path().string(), fs::file_type::directory);
   if (!dir) return false;
   std::error_code ec;
-  return fs::symlink_status(Under(root, *dir + "/" + p.filename().string()), ec).type() == fs::file_type::symlink;
+  return fs::symlink_status(UnderRoot(root, *dir + "/" + p.filename().string()), ec).type() == fs::file_type::symlink;
 }
 
 nlohmann::json Hook(const std::string& hook_path, std::vector<std::string> args) {
@@ -139,6 +132,12 @@ nlohmann::json Hook(const std::string& hook_path, std::vector<std::string> args)
 }
 
 }  // namespace
+
+std::string UnderRoot(std::string_view root, std::string_view path) {
+  if (root.empty() || root == "/") return std::string(path);
+  if (root.back() == '/') root.remove_suffix(1);
+  return std::string(root) + std::string(path);
+}
 
 bool IsHostRoot(std::string_view host) {
   return host.empty() || fs::path(host).lexically_normal() == "/";
@@ -166,7 +165,7 @@ DriverFiles FindDriverFiles(const DriverRoot& given) {
   auto add = [&](std::vector<DriverFiles::Mount>& to, const std::string& container_path, const std::string& resolved,
                  bool socket) {
     if (!seen.insert(container_path).second) return;
-    to.push_back({container_path, Under(root.host, resolved), socket});
+    to.push_back({container_path, UnderRoot(root.host, resolved), socket});
   };
 
   const std::string libcuda = "libcuda.so." + root.version;
@@ -202,7 +201,7 @@ DriverFiles FindDriverFiles(const DriverRoot& given) {
     const std::string path = out.library_dir + "/" + name;
     if (!IsSymlink(root.local, path)) continue;
     auto r = Resolve(root.local, path, fs::file_type::regular);
-    if (r && libraries.count(*r)) out.soname_links.push_back({path, Under(root.host, *r), false});
+    if (r && libraries.count(*r)) out.soname_links.push_back({path, UnderRoot(root.host, *r), false});
   }
 
   for (std::string_view bin : kBinaries) {
@@ -242,7 +241,7 @@ DriverFiles FindDriverFiles(const DriverRoot& given) {
   if (!out.hook.empty() && root.host == "/" &&
       !Resolve(root.local, out.hook, fs::file_type::regular)) {
     out.warnings.push_back("without hooks: the CDI hook " + out.hook + " (nvidiaCTKPath) is not on this node (no " +
-                           Under(root.local, out.hook) +
+                           UnderRoot(root.local, out.hook) +
                            "); the libraries' SONAME links are mounted instead of made by its update-ldcache, "
                            "in the library directory and in " + std::string(kNoHookLibraryDir) +
                            " (an image whose loader searches neither will not find libcuda)");

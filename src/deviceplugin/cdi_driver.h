@@ -31,6 +31,11 @@ inline constexpr std::string_view kDriverLibraryDirs[] = {
 // set LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64.
 inline constexpr std::string_view kNoHookLibraryDir = "/usr/local/nvidia/lib64";
 
+// `path` (absolute) under `root`: `path` itself when `root` is "" or "/";
+// one trailing '/' of `root` is dropped. For host paths of device nodes and
+// driver files, and for looking at them from here.
+std::string UnderRoot(std::string_view root, std::string_view path);
+
 // Whether `host` names the host's own / ("", "/", "//").
 bool IsHostRoot(std::string_view host);
 

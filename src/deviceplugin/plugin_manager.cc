@@ -452,7 +452,7 @@ void PluginManager::RewriteCdiSpec() {
 
 void PluginManager::WriteCdi(const ResourceSet& set) {
   cdi_written_ = true;
-  if (options_.cdi_root.empty() || !UsesCdi(options_.allocate)) return;
+  if (options_.cdi_root.empty() || !UsesCdi(options_.allocate.device_list_strategies)) return;
   std::vector<std::string> warnings;
   if (Status st = WriteCdiSpec(set, options_.cdi_root, options_.allocate, &warnings); !st.ok()) {
     cdi_written_ = false;  // try again with the next snapshot

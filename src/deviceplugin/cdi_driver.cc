@@ -95,27 +95,16 @@ constexpr std::string_view kConsequence =
     "; a container given a GPU through CDI alone gets its device nodes but no CUDA driver (the NVIDIA "
     "runtime, where it runs, adds it)";
 
-// The entries of `dir` (as seen from inside `root`), sorted; `dir` is
-// resolved inside the root first.
-std::vector<std::string> SortedNames(const std::string& root, const std::string& dir) {
+// The entries of `resolved_dir` (a Resolve result, as seen from inside
+// `root`), sorted.
+std::vector<std::string> SortedNames(const std::string& root, const std::string& resolved_dir) {
   std::vector<std::string> names;
-  const auto resolved = Resolve(root, dir, fs::file_type::directory);
-  if (!resolved) return names;
   std::error_code ec;
-  for (fs::directory_iterator it(UnderRoot(root, *resolved), ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(UnderRoot(root, resolved_dir), ec), end; !ec && it != end; it.increment(ec)) {
     names.push_back(it->path().filename().string());
   }
   std::sort(names.begin(), names.end());
   return names;
-}
-
-bool IsSymlink(const std::string& root, const std::string& path) {
-  // `path`'s directory is resolved first: only its last component may be a link.
-  const fs::path p(path);
-  const auto dir = Resolve(root, p.parent_path().string(), fs::file_type::directory);
-  if (!dir) return false;
-  std::error_code ec;
-  return fs::symlink_status(UnderRoot(root, *dir + "/" + p.filename().string()), ec).type() == fs::file_type::symlink;
 }
 
 nlohmann::json Hook(const std::string& hook_path, std::vector<std::string> args) {
@@ -183,8 +172,24 @@ DriverFiles FindDriverFiles(const DriverRoot& given) {
                            std::string(kConsequence));
     return out;
   }
+  // The hook runs on the host. Where the host's own / is what is mounted
+  // here, a hook that is not there can be seen to be missing; a runtime would
+  // refuse every container naming it, so the spec goes without.
+  out.hook = root.hook_path;
+  if (!out.hook.empty() && root.host == "/" &&
+      !Resolve(root.local, out.hook, fs::file_type::regular)) {
+    out.warnings.push_back("without hooks: the CDI hook " + out.hook + " (nvidiaCTKPath) is not on this node (no " +
+                           UnderRoot(root.local, out.hook) +
+                           "); the libraries' SONAME links are mounted instead of made by its update-ldcache, "
+                           "in the library directory and in " + std::string(kNoHookLibraryDir) +
+                           " (an image whose loader searches neither will not find libcuda)");
+    out.hook.clear();
+  }
   const std::string suffix = ".so." + root.version;
-  const std::vector<std::string> names = SortedNames(root.local, out.library_dir);
+  // Found through libcuda.so.<version> just above: resolved once here.
+  const auto resolved_dir = Resolve(root.local, out.library_dir, fs::file_type::directory);
+  const std::vector<std::string> names =
+      resolved_dir ? SortedNames(root.local, *resolved_dir) : std::vector<std::string>{};
   std::set<std::string> libraries;  // resolved
   for (const auto& name : names) {
     if (!EndsWith(name, suffix)) continue;
@@ -195,13 +200,19 @@ DriverFiles FindDriverFiles(const DriverRoot& given) {
     }
   }
   // The SONAME links (libcuda.so.1 -> libcuda.so.<version>), for a spec
-  // without the hook whose ldconfig would otherwise make them.
-  for (const auto& name : names) {
-    if (EndsWith(name, suffix)) continue;
-    const std::string path = out.library_dir + "/" + name;
-    if (!IsSymlink(root.local, path)) continue;
-    auto r = Resolve(root.local, path, fs::file_type::regular);
-    if (r && libraries.count(*r)) out.soname_links.push_back({path, UnderRoot(root.host, *r), false});
+  // without the hook whose ldconfig would otherwise make them; a library
+  // directory holds thousands of other entries, so only then.
+  if (out.hook.empty()) {
+    for (const auto& name : names) {
+      std::error_code link_ec;
+      if (EndsWith(name, suffix) || fs::symlink_status(UnderRoot(root.local, *resolved_dir + "/" + name), link_ec)
+                                            .type() != fs::file_type::symlink) {
+        continue;
+      }
+      const std::string path = out.library_dir + "/" + name;
+      auto r = Resolve(root.local, path, fs::file_type::regular);
+      if (r && libraries.count(*r)) out.soname_links.push_back({path, UnderRoot(root.host, *r), false});
+    }
   }
 
   for (std::string_view bin : kBinaries) {
@@ -216,8 +227,9 @@ DriverFiles FindDriverFiles(const DriverRoot& given) {
 
   for (std::string_view base : kFirmwareDirs) {
     const std::string dir = std::string(base) + root.version;
-    if (!Resolve(root.local, dir, fs::file_type::directory)) continue;
-    for (const auto& name : SortedNames(root.local, dir)) {
+    const auto resolved = Resolve(root.local, dir, fs::file_type::directory);
+    if (!resolved) continue;
+    for (const auto& name : SortedNames(root.local, *resolved)) {
       if (name.rfind("gsp", 0) != 0 || !EndsWith(name, ".bin")) continue;
       const std::string path = dir + "/" + name;
       if (auto r = Resolve(root.local, path, fs::file_type::regular)) add(out.mounts, path, *r, false);
@@ -234,19 +246,6 @@ DriverFiles FindDriverFiles(const DriverRoot& given) {
     }
   }
 
-  // The hook runs on the host. Where the host's own / is what is mounted
-  // here, a hook that is not there can be seen to be missing; a runtime would
-  // refuse every container naming it, so the spec goes without.
-  out.hook = root.hook_path;
-  if (!out.hook.empty() && root.host == "/" &&
-      !Resolve(root.local, out.hook, fs::file_type::regular)) {
-    out.warnings.push_back("without hooks: the CDI hook " + out.hook + " (nvidiaCTKPath) is not on this node (no " +
-                           UnderRoot(root.local, out.hook) +
-                           "); the libraries' SONAME links are mounted instead of made by its update-ldcache, "
-                           "in the library directory and in " + std::string(kNoHookLibraryDir) +
-                           " (an image whose loader searches neither will not find libcuda)");
-    out.hook.clear();
-  }
   return out;
 }
 

@@ -54,7 +54,7 @@ struct DriverFiles {
     bool operator==(const Mount&) const = default;
   };
   std::vector<Mount> mounts;
-  std::vector<Mount> soname_links;     // libcuda.so.1 etc., mounted only when there is no hook
+  std::vector<Mount> soname_links;     // libcuda.so.1 etc.; looked for only when there is no hook
   std::string library_dir;             // container path of libcuda.so.<version>'s directory; empty: not found
   std::string hook;                    // the hook to name; empty: none (not asked for, or seen missing)
   std::vector<std::string> warnings;   // each a sentence: what the spec goes without, and why

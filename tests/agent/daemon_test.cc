@@ -4,9 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +18,7 @@
 
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
+#include "testing/support/unix_socket.h"
 
 namespace {
 
@@ -312,13 +311,8 @@ TEST_F(DaemonTest, CdiSpecCarriesTheDriverFromTheContainerDriverRoot) {
   // nvidia-persistenced starts on the node; a reload looks for the files afresh.
   const std::string sock = root + "/run/nvidia-persistenced/socket";
   std::filesystem::create_directories(root + "/run/nvidia-persistenced");
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  ASSERT_LT(sock.size(), sizeof(addr.sun_path));
-  sock.copy(addr.sun_path, sock.size());
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int fd = danqing::testing::BindUnixSocket(sock);
+  ASSERT_GE(fd, 0) << sock;
   ::close(fd);
   ASSERT_TRUE(daemon.Signal(SIGHUP));
   bool seen = false;

@@ -5,8 +5,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +14,7 @@
 
 #include "deviceplugin/allocate.h"
 #include "testing/support/temp_dir.h"
+#include "testing/support/unix_socket.h"
 
 namespace danqing::deviceplugin {
 namespace {
@@ -41,14 +40,8 @@ class DriverRootTest : public ::testing::Test {
   }
   void Socket(const std::string& path) {
     fs::create_directories(fs::path(Root() + path).parent_path());
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    const std::string full = Root() + path;
-    ASSERT_LT(full.size(), sizeof(addr.sun_path));
-    full.copy(addr.sun_path, full.size());
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const int fd = testing::BindUnixSocket(Root() + path);
+    ASSERT_GE(fd, 0) << Root() + path;
     ::close(fd);
   }
   // A driver 550.54.15 as the .run installer leaves it on Ubuntu, with an

@@ -28,6 +28,7 @@
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
 #include "testing/support/temp_dir.h"
+#include "testing/support/unix_socket.h"
 
 namespace danqing::deviceplugin {
 namespace {
@@ -669,13 +670,8 @@ TEST_F(PluginTest, HealthChangeIsAppliedWhileTheManagerThreadIsBusy) {
   // manager thread inside Register. A health change must not wait for it:
   // it is applied on the caller's thread before Update returns.
   LoadNode("a100-8x-nvswitch");
-  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int listener = danqing::testing::BindUnixSocket(dir_ + "/kubelet.sock");
   ASSERT_GE(listener, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const std::string kubelet_sock = dir_ + "/kubelet.sock";
-  std::strncpy(addr.sun_path, kubelet_sock.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
   ASSERT_EQ(::listen(listener, 4), 0);
   ManagerOptions opts;
   opts.register_timeout = 2s;

@@ -673,6 +673,15 @@ int KubeletEmulator::OpenStreams(const std::string& resource) const {
   return r == nullptr ? 0 : r->open_streams;
 }
 
+bool KubeletEmulator::WaitForStreamUpdates(const std::string& resource, int64_t count,
+                                           std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(impl_->mu_);
+  return impl_->cv_.wait_for(lock, timeout, [&] {
+    const Impl::Resource* r = impl_->Find(resource);
+    return (r == nullptr ? 0 : r->stream_updates) >= count;
+  });
+}
+
 bool KubeletEmulator::WaitForOpenStreams(const std::string& resource, int count,
                                          std::chrono::milliseconds timeout) const {
   std::unique_lock lock(impl_->mu_);

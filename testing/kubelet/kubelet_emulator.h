@@ -157,6 +157,9 @@ class KubeletEmulator {
   std::vector<v1beta1::Device> Devices(const std::string& resource) const;
   // ListAndWatch messages received on the current registration's stream.
   int64_t StreamUpdates(const std::string& resource) const;
+  // Waits until StreamUpdates(resource) >= count.
+  bool WaitForStreamUpdates(const std::string& resource, int64_t count,
+                            std::chrono::milliseconds timeout) const;
   // When the current device list arrived (read off the stream, before the
   // emulator's lock); a default time point if none has.
   std::chrono::steady_clock::time_point LastUpdateTime(const std::string& resource) const;

@@ -557,6 +557,9 @@ TEST_F(KubeletEmulatorTest, ReRegistrationLeavesTheOldStreamOpenAndItsEndStopsTh
   EXPECT_EQ(kubelet_.OpenStreams(kResource), 2);
   EXPECT_FALSE(kubelet_.EndpointStopTime(kResource).has_value());
   EXPECT_TRUE(kubelet_.Allocate(kResource, {"GPU-0"}).status.ok());
+  // The new stream's first list has reached the kubelet; arriving after the
+  // old stream's end, it would make the devices healthy again.
+  ASSERT_TRUE(kubelet_.WaitForStreamUpdates(kResource, 1, kWait));
 
   // The old stream ends: the kubelet handles that by resource name, so the
   // new endpoint is stopped and every device is unhealthy.

@@ -181,6 +181,9 @@ TEST_F(DaemonTest, ConfigFileChangeAppliesOnlyWhatDiffers) {
   // The unchanged resource kept its registration and its stream, and was sent nothing.
   EXPECT_EQ(kubelet.RegistrationCount("nvidia.com/gpu"), 1);
   EXPECT_FALSE(kubelet.StreamEnded("nvidia.com/gpu"));
+  // A list sent with the shared one by mistake travels on another stream and
+  // may land later: give it a second.
+  EXPECT_FALSE(kubelet.WaitForStreamUpdates("nvidia.com/gpu", updates + 1, 1s));
   EXPECT_EQ(kubelet.StreamUpdates("nvidia.com/gpu"), updates);
   EXPECT_EQ(kubelet.RegistrationCount("nvidia.com/gpu.shared"), 1);
 
@@ -264,6 +267,8 @@ TEST_F(DaemonTest, MissingDriverWithoutFailOnInitAdvertisesZero) {
   args[4] = "/nonexistent/libnvidia-ml.so.1";
   ChildProcess daemon(args);
   ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu", 10s)) << daemon.Output();
+  // The list the kubelet holds is one the plugin sent: empty.
+  ASSERT_TRUE(kubelet.WaitForStreamUpdates("nvidia.com/gpu", 1, 10s)) << daemon.Output();
   EXPECT_TRUE(kubelet.Devices("nvidia.com/gpu").empty());
   daemon.Signal(SIGTERM);
   EXPECT_EQ(daemon.Wait(10'000), 0);

@@ -432,18 +432,21 @@ TEST_F(PluginTest, AStreamLostRightAfterRegisteringIsFollowedByANewRegistration)
 TEST_F(PluginTest, ARegisterThatTimedOutButStreamsIsNotRepeated) {
   LoadNode("t4-1x");
   danqing::testing::KubeletEmulatorOptions kopts;
-  kopts.register_reply_delay = 1500ms;
+  kopts.register_reply_delay = 5s;
   StartKubelet(kopts);
   ManagerOptions opts;
   opts.register_timeout = 300ms;
-  opts.stream_settle = 400ms;
+  // The plugin looks for the stream again at max(settle, timeout) after its
+  // Register timed out: that leaves the kubelet 3 s to open it, which takes
+  // well under a second even under TSan on a loaded machine.
+  opts.stream_settle = 3s;
   StartPlugin(opts);
   ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
   ASSERT_TRUE(WaitAllHealthy(kGpu, 1));
-  EXPECT_TRUE(WaitForStatuses([](const auto& statuses) { return statuses.at(0).registered; }))
+  EXPECT_TRUE(WaitForStatuses([](const auto& statuses) { return statuses.at(0).registered; }, 10s))
       << manager_->Statuses().at(0).last_error;
   // Past the reply delay and a retry's backoff: still the one Register.
-  EXPECT_FALSE(kubelet_->WaitForRegistrationCount(kGpu, 2, 2s));
+  EXPECT_FALSE(kubelet_->WaitForRegistrationCount(kGpu, 2, 3s));
   EXPECT_EQ(kubelet_->RegisterCalls(), 1);
   EXPECT_EQ(kubelet_->OpenStreams(kGpu), 1);
   EXPECT_FALSE(kubelet_->EndpointStopTime(kGpu).has_value());

@@ -40,6 +40,9 @@ CollectorOptions Options() {
   CollectorOptions o;
   o.hostname = kHost;
   o.kubelet_checkpoint = "";
+  // The first List goes over a new channel to an emulator just started: far
+  // more than the 500 ms default can pass under TSan on a loaded machine.
+  o.pod_resources_timeout = std::chrono::seconds(10);
   return o;
 }
 

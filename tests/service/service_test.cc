@@ -669,9 +669,11 @@ TEST_F(ServiceTest, PageHealthAndMetrics) {
   EXPECT_EQ(c.Get("/readyz")->status, 200);
   ASSERT_EQ(PostRaw(Photo("chelsea.jpg"))->status, 200);
   // The request's figures are recorded once its response is written, which
-  // may be just after the client has read it: wait for them.
+  // may be just after the client has read it: wait for the last of them
+  // (the request counter; the durations come before it).
   auto m = c.Get("/metrics");
-  for (int i = 0; i < 100 && m && m->body.find("route=\"/v1/inscriptions\",le=\"+Inf\"") == std::string::npos;
+  for (int i = 0; i < 100 && m &&
+                  m->body.find("requests_total{route=\"/v1/inscriptions\",code=\"200\"}") == std::string::npos;
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     m = c.Get("/metrics");

@@ -32,8 +32,21 @@ Status FileWatcher::Start(const std::string& path, std::function<void()> on_chan
     Stop();
     return Unavailable("cannot watch " + dir + ": " + why);
   }
+  path_ = path;
   thread_ = std::thread([this, cb = std::move(on_change), quiet] { Run(cb, quiet); });
   return Status::Ok();
+}
+
+bool FileWatcher::Concerns(std::string_view name) const {
+  const std::filesystem::path p(path_);
+  if (name == p.filename().string()) return true;
+  // The entry the path links to, when it is a link to a name beside it. A
+  // ConfigMap volume's files are such links, through `..data`, which an
+  // update renames over.
+  std::error_code ec;
+  const std::filesystem::path target = std::filesystem::read_symlink(p, ec);
+  if (ec || target.is_absolute() || target.empty()) return false;
+  return name == target.begin()->string();
 }
 
 void FileWatcher::Stop() {
@@ -62,9 +75,17 @@ void FileWatcher::Run(std::function<void()> on_change, std::chrono::milliseconds
     }
     if (fds[0].revents & POLLIN) {
       alignas(struct inotify_event) char buf[4096];
-      while (::read(inotify_fd_, buf, sizeof buf) > 0) {
+      ssize_t n = 0;
+      while ((n = ::read(inotify_fd_, buf, sizeof buf)) > 0) {
+        for (ssize_t off = 0; off < n;) {
+          const auto* ev = reinterpret_cast<const struct inotify_event*>(buf + off);
+          off += static_cast<ssize_t>(sizeof(struct inotify_event) + ev->len);
+          if (pending) continue;  // the rest of the batch changes nothing
+          // An overflow lost events, and an event without a name is on the
+          // directory itself: either may hide a change.
+          if ((ev->mask & IN_Q_OVERFLOW) || ev->len == 0 || Concerns(ev->name)) pending = true;
+        }
       }
-      pending = true;
     }
   }
 }

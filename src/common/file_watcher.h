@@ -6,7 +6,10 @@
 // It watches the file's directory with inotify (the file itself may be
 // replaced, which would orphan a watch on it) and reports, after a short
 // quiet period that coalesces bursts of events, whenever the directory saw an
-// event that can change what the path resolves to.
+// event that can change what the path resolves to: on the file's own name or
+// on the name beside it that the path links to (a ConfigMap volume's
+// `..data`). Other files coming and going in the directory (a config kept
+// beside sockets, or in /etc) are not reported.
 //
 // Thread-safety: the callback runs on the watcher's own thread; Stop() (and
 // the destructor) join it and may be called from any other thread.
@@ -15,6 +18,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "common/status.h"
@@ -35,7 +39,10 @@ class FileWatcher {
 
  private:
   void Run(std::function<void()> on_change, std::chrono::milliseconds quiet);
+  // Whether an event on the directory entry `name` may change the file.
+  bool Concerns(std::string_view name) const;
 
+  std::string path_;
   int inotify_fd_ = -1;
   int stop_fd_ = -1;
   std::thread thread_;

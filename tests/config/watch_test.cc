@@ -100,5 +100,61 @@ TEST_F(WatchConfigTest, AnUnwatchableDirectoryIsAnError) {
   EXPECT_NE(st.ToString().find("missing"), std::string::npos) << st.ToString();
 }
 
+// --- FileWatcher: which events in the directory count -------------------------
+
+class FileWatcherTest : public WatchConfigTest {
+ protected:
+  void Start() {
+    ASSERT_TRUE(watcher_.Start(path_, [this] { ++changes_; }).ok());
+  }
+  FileWatcher watcher_;
+  std::atomic<int> changes_{0};
+};
+
+TEST_F(FileWatcherTest, OtherFilesComingAndGoingBesideItAreNotReported) {
+  Write(Replicas(2));
+  Start();
+  // The device-plugin directory, or /etc: sockets and other files.
+  std::ofstream(dir_ + "/kubelet.sock") << "x";
+  std::ofstream(dir_ + "/config.yaml.bak") << "x";
+  std::filesystem::rename(dir_ + "/config.yaml.bak", dir_ + "/other.yaml");
+  std::filesystem::remove(dir_ + "/kubelet.sock");
+  std::this_thread::sleep_for(300ms);  // ample for the 20 ms quiet period
+  EXPECT_EQ(changes_.load(), 0);
+  Write(Replicas(4));  // and the watcher still runs
+  EXPECT_TRUE(WaitFor(changes_, 1));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(changes_.load(), 1);
+}
+
+// A ConfigMap volume: config.yaml -> ..data/config.yaml, ..data -> a
+// timestamped directory; an update writes a new directory and renames a new
+// ..data link over the old one (Kubernetes' atomic writer).
+TEST_F(FileWatcherTest, AConfigMapVolumeUpdateIsReported) {
+  std::filesystem::create_directory(dir_ + "/..2026_12_04_01");
+  std::ofstream(dir_ + "/..2026_12_04_01/config.yaml") << Replicas(2);
+  std::filesystem::create_directory_symlink("..2026_12_04_01", dir_ + "/..data");
+  std::filesystem::create_symlink("..data/config.yaml", path_);
+  ASSERT_EQ(Load().sharing.time_slicing->resources.at(0).replicas, 2);
+  Start();
+  std::filesystem::create_directory(dir_ + "/..2026_12_04_02");
+  std::ofstream(dir_ + "/..2026_12_04_02/config.yaml") << Replicas(4);
+  std::filesystem::create_directory_symlink("..2026_12_04_02", dir_ + "/..data_tmp");
+  std::filesystem::rename(dir_ + "/..data_tmp", dir_ + "/..data");
+  std::filesystem::remove_all(dir_ + "/..2026_12_04_01");
+  EXPECT_TRUE(WaitFor(changes_, 1));
+  EXPECT_EQ(Load().sharing.time_slicing->resources.at(0).replicas, 4);
+}
+
+// config.yaml -> real.yaml beside it: an edit of real.yaml counts.
+TEST_F(FileWatcherTest, AnEditOfTheFileTheLinkNamesBesideItIsReported) {
+  std::ofstream(dir_ + "/real.yaml") << Replicas(2);
+  std::filesystem::create_symlink("real.yaml", path_);
+  Start();
+  std::ofstream(dir_ + "/real.yaml.tmp") << Replicas(4);
+  std::filesystem::rename(dir_ + "/real.yaml.tmp", dir_ + "/real.yaml");
+  EXPECT_TRUE(WaitFor(changes_, 1));
+}
+
 }  // namespace
 }  // namespace danqing::config

@@ -7,18 +7,22 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <exception>
 #include <new>
 #include <sstream>
 #include <string>
+#include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace danqing::config::internal {
 namespace {
 
-// Thrown inside the copy when a limit is exceeded; caught in ParseYaml.
-struct LimitExceeded {
+// Thrown inside the copy when a limit is exceeded or a merge key's value is
+// not mappings; caught in ParseYaml.
+struct CopyError {
   std::string message;
   YAML::Mark mark;
 };
@@ -35,12 +39,12 @@ class Copier {
  public:
   YamlNode Copy(const YAML::Node& in, int depth) {
     if (++nodes_ > kMaxYamlNodes) {
-      throw LimitExceeded{"document has more than " + std::to_string(kMaxYamlNodes) +
+      throw CopyError{"document has more than " + std::to_string(kMaxYamlNodes) +
                               " nodes (after expanding aliases)",
                           in.Mark()};
     }
     if (depth > kMaxYamlDepth) {
-      throw LimitExceeded{"nesting deeper than " + std::to_string(kMaxYamlDepth) + " levels",
+      throw CopyError{"nesting deeper than " + std::to_string(kMaxYamlDepth) + " levels",
                           in.Mark()};
     }
     YamlNode out;
@@ -64,11 +68,23 @@ class Copier {
         out.items.reserve(in.size());
         for (const YAML::Node& item : in) out.items.push_back(Copy(item, depth + 1));
         break;
-      case YAML::NodeType::Map:
+      case YAML::NodeType::Map: {
         out.kind = YamlNode::Kind::kMapping;
         out.entries.reserve(in.size());
+        std::optional<YamlNode> merge;  // the value of the `<<` key
+        std::size_t before_merge = 0;   // entries written before it
         for (auto it = in.begin(); it != in.end(); ++it) {
           YamlEntry entry{Copy(it->first, depth + 1), Copy(it->second, depth + 1)};
+          if (IsMergeKey(entry.key)) {
+            if (merge) {
+              throw CopyError{"a second merge key (<<) in one mapping; merge several mappings with "
+                              "<<: [*a, *b]",
+                              MarkOf(entry.key)};
+            }
+            merge = std::move(entry.value);
+            before_merge = out.entries.size();
+            continue;
+          }
           // A null value (`key:`) has its mark at the next token, often on a
           // later line; point at the key instead.
           if (entry.value.is_null()) {
@@ -77,12 +93,69 @@ class Copier {
           }
           out.entries.push_back(std::move(entry));
         }
+        if (merge) Merge(std::move(*merge), before_merge, out);
         break;
+      }
     }
     return out;
   }
 
  private:
+  // YAML 1.1's merge key: a plain `<<` (a quoted one is an ordinary key), as
+  // Go's YAML decoder, and so NVIDIA's config parser, reads it.
+  static bool IsMergeKey(const YamlNode& key) { return key.is_scalar() && key.plain && key.scalar == "<<"; }
+
+  static YAML::Mark MarkOf(const YamlNode& node) {
+    YAML::Mark mark;
+    mark.line = node.line - 1;
+    mark.column = node.column - 1;
+    return mark;
+  }
+
+  // Adds to `into` the entries of the mapping, or of each mapping of the
+  // sequence, that `merge` holds, leaving out keys `into` has already: the
+  // mapping's own keys written after `<<` win, then the earlier of several
+  // mappings, as for YAML 1.1 and Go's decoder alike. A key written before
+  // `<<` that the merge sets too is an error: Go's decoder (NVIDIA's parser)
+  // lets the merge overwrite it, YAML 1.1 keeps it, and a file must not mean
+  // one thing here and another there.
+  static void Merge(YamlNode merge, std::size_t before_merge, YamlNode& into) {
+    const YAML::Mark where = MarkOf(merge);
+    std::vector<YamlNode> maps;
+    if (merge.is_mapping()) {
+      maps.push_back(std::move(merge));
+    } else if (merge.is_sequence()) {
+      maps = std::move(merge.items);
+    }
+    const bool all_maps = !maps.empty() && std::all_of(maps.begin(), maps.end(), [](const YamlNode& m) {
+      return m.is_mapping();
+    });
+    if (!all_maps) throw CopyError{"a merge key (<<) takes a mapping or a sequence of mappings", where};
+    // A map, not a scan per entry: a hostile file may merge many keys.
+    std::unordered_map<std::string, std::size_t> present;  // key -> its entry
+    for (std::size_t i = 0; i < into.entries.size(); ++i) {
+      if (into.entries[i].key.is_scalar()) present.emplace(into.entries[i].key.scalar, i);
+    }
+    for (YamlNode& map : maps) {
+      for (YamlEntry& entry : map.entries) {
+        if (entry.key.is_scalar()) {
+          const auto [at, added] = present.emplace(entry.key.scalar, into.entries.size());
+          if (!added) {
+            if (at->second < before_merge) {
+              const YamlNode& own = into.entries[at->second].key;
+              throw CopyError{own.scalar + ": set before the merge key (<<) and by the merged mapping "
+                                  "too; NVIDIA's parser would take the merged value, YAML 1.1 this "
+                                  "one: write `<<` first to keep this one",
+                              MarkOf(own)};
+            }
+            continue;
+          }
+        }
+        into.entries.push_back(std::move(entry));
+      }
+    }
+  }
+
   std::size_t nodes_ = 0;
 };
 
@@ -146,7 +219,7 @@ Result<YamlNode> ParseYaml(std::string_view text, std::string_view source) {
     }
     Copier copier;
     return copier.Copy(docs[0], 0);
-  } catch (const LimitExceeded& e) {
+  } catch (const CopyError& e) {
     return InvalidArgument(Location(source, e.mark) + ": " + e.message);
   } catch (const YAML::Exception& e) {
     return InvalidArgument(Location(source, e.mark) + ": malformed YAML: " + e.msg);

@@ -193,6 +193,35 @@ TEST(NvidiaConfigTest, MissingVersionIsV1AsInNvidiasParser) {
   EXPECT_EQ(cfg->flags.mig_strategy, MigStrategy::kMixed);
 }
 
+// YAML merge keys, which NVIDIA's parser (Go's YAML decoder) reads: a
+// mapping's own keys written after `<<` win, then the earlier of several
+// merged mappings; a merged key is no duplicate.
+TEST(NvidiaConfigTest, MergeKeysAsNvidiasParserReadsThem) {
+  const Config c = MustParse(R"(version: v1
+flags:
+  migStrategy: mixed
+sharing:
+  timeSlicing:
+    resources:
+    - &small
+      name: nvidia.com/mig-1g.5gb
+      replicas: 2
+    - &large {name: nvidia.com/mig-3g.20gb, replicas: 8, devices: [0]}
+    - <<: *small
+      name: nvidia.com/mig-2g.10gb
+    - <<: [*small, *large]
+      name: nvidia.com/gpu
+)");
+  ASSERT_TRUE(c.sharing.time_slicing.has_value());
+  const auto& r = c.sharing.time_slicing->resources;
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[2].name, "nvidia.com/mig-2g.10gb");
+  EXPECT_EQ(r[2].replicas, 2);
+  EXPECT_EQ(r[3].name, "nvidia.com/gpu");  // its own key
+  EXPECT_EQ(r[3].replicas, 2);             // the earlier mapping's
+  EXPECT_EQ(r[3].devices.list, std::vector<std::string>{"0"});  // only the later one has it
+}
+
 TEST(DanqingConfigTest, ReplicaPolicy) {
   auto def = ParseConfig("version: v1\n", "test.yaml");
   ASSERT_TRUE(def.ok());
@@ -607,6 +636,23 @@ const ErrorCase kErrorCases[] = {
      "test.yaml:3:", "malformed YAML"},
     {"TwoDocuments", "version: v1\n---\nversion: v1\n",
      "test.yaml:3:", "more than one YAML document"},
+    {"MergeKeyOfAScalar", "version: v1\nflags:\n  <<: none\n",
+     "test.yaml:3:7: ", "a merge key (<<) takes a mapping or a sequence of mappings"},
+    {"MergeKeyOfAListWithAScalar", "version: v1\nflags:\n  <<: [{migStrategy: none}, 5]\n",
+     "test.yaml:3:7: ", "a merge key (<<) takes a mapping or a sequence of mappings"},
+    // Go's decoder lets the merge overwrite a key written before `<<`; YAML
+    // 1.1 keeps the key: a file that the two read differently is refused.
+    {"MergeOverAKeyWrittenBeforeIt",
+     "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - &a {name: nvidia.com/gpu, replicas: 2}\n"
+     "    - name: nvidia.com/mig-1g.5gb\n      <<: *a\n",
+     "test.yaml:6:7: ", "name: set before the merge key (<<) and by the merged mapping too"},
+    {"TwoMergeKeys",
+     "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - &a {name: nvidia.com/gpu, replicas: 2}\n"
+     "    - <<: *a\n      <<: *a\n",
+     "test.yaml:7:7: ", "a second merge key (<<) in one mapping"},
+    // Quoted, `<<` is an ordinary key, as in YAML 1.1 and Go's decoder.
+    {"QuotedMergeKeyIsAField", "version: v1\nflags:\n  \"<<\": {migStrategy: none}\n",
+     "test.yaml:3:3: flags.\"<<\": ", "unknown field"},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, FileErrorTest, ::testing::ValuesIn(kErrorCases),

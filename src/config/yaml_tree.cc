@@ -14,6 +14,7 @@
 #include <string>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,14 @@ class Copier {
       case YAML::NodeType::Null: out.kind = YamlNode::Kind::kNull; break;
       case YAML::NodeType::Scalar:
         out.kind = YamlNode::Kind::kScalar;
+        // Aliases share one node in yaml-cpp but are copied here: a long
+        // scalar named many times would otherwise take gigabytes.
+        text_bytes_ += in.Scalar().size();
+        if (text_bytes_ > kMaxYamlTextBytes) {
+          throw CopyError{"document has more than " + std::to_string(kMaxYamlTextBytes) +
+                              " bytes of text (after expanding aliases)",
+                          in.Mark()};
+        }
         out.scalar = in.Scalar();
         // yaml-cpp tags plain scalars "?" and quoted ones "!"; anything else
         // is an explicit tag, which we treat like quoting (a string).
@@ -71,17 +80,17 @@ class Copier {
       case YAML::NodeType::Map: {
         out.kind = YamlNode::Kind::kMapping;
         out.entries.reserve(in.size());
-        std::optional<YamlNode> merge;  // the value of the `<<` key
-        std::size_t before_merge = 0;   // entries written before it
+        std::optional<YamlEntry> merge;  // the `<<` entry
+        std::size_t before_merge = 0;    // entries written before it
         for (auto it = in.begin(); it != in.end(); ++it) {
           YamlEntry entry{Copy(it->first, depth + 1), Copy(it->second, depth + 1)};
-          if (IsMergeKey(entry.key)) {
+          if (IsMergeKey(it->first)) {
             if (merge) {
               throw CopyError{"a second merge key (<<) in one mapping; merge several mappings with "
                               "<<: [*a, *b]",
                               MarkOf(entry.key)};
             }
-            merge = std::move(entry.value);
+            merge = std::move(entry);
             before_merge = out.entries.size();
             continue;
           }
@@ -101,9 +110,12 @@ class Copier {
   }
 
  private:
-  // YAML 1.1's merge key: a plain `<<` (a quoted one is an ordinary key), as
-  // Go's YAML decoder, and so NVIDIA's config parser, reads it.
-  static bool IsMergeKey(const YamlNode& key) { return key.is_scalar() && key.plain && key.scalar == "<<"; }
+  // YAML 1.1's merge key: `<<` plain or tagged !!merge (a quoted one is an
+  // ordinary key), as Go's YAML decoder, and so NVIDIA's parser, reads it.
+  static bool IsMergeKey(const YAML::Node& key) {
+    return key.IsScalar() && key.Scalar() == "<<" &&
+           (key.Tag() == "?" || key.Tag() == "tag:yaml.org,2002:merge");
+  }
 
   static YAML::Mark MarkOf(const YamlNode& node) {
     YAML::Mark mark;
@@ -113,32 +125,39 @@ class Copier {
   }
 
   // Adds to `into` the entries of the mapping, or of each mapping of the
-  // sequence, that `merge` holds, leaving out keys `into` has already: the
-  // mapping's own keys written after `<<` win, then the earlier of several
-  // mappings, as for YAML 1.1 and Go's decoder alike. A key written before
-  // `<<` that the merge sets too is an error: Go's decoder (NVIDIA's parser)
-  // lets the merge overwrite it, YAML 1.1 keeps it, and a file must not mean
-  // one thing here and another there.
-  static void Merge(YamlNode merge, std::size_t before_merge, YamlNode& into) {
-    const YAML::Mark where = MarkOf(merge);
+  // sequence, that the `<<` entry holds, leaving out keys `into` has already:
+  // the mapping's own keys written after `<<` win, then the earlier of
+  // several mappings, as for YAML 1.1 and Go's decoder alike. Refused, so
+  // that a file cannot mean one thing here and another to NVIDIA's parser:
+  // a key written before `<<` that the merge sets too (Go's decoder lets the
+  // merge overwrite it, YAML 1.1 keeps it), and a key set twice in one merged
+  // mapping (Go takes the last).
+  static void Merge(YamlEntry merge, std::size_t before_merge, YamlNode& into) {
+    const YAML::Mark where = MarkOf(merge.key);
     std::vector<YamlNode> maps;
-    if (merge.is_mapping()) {
-      maps.push_back(std::move(merge));
-    } else if (merge.is_sequence()) {
-      maps = std::move(merge.items);
+    if (merge.value.is_mapping()) {
+      maps.push_back(std::move(merge.value));
+    } else if (merge.value.is_sequence()) {
+      maps = std::move(merge.value.items);  // `<<: []` merges nothing, as in Go
+    } else {
+      throw CopyError{"a merge key (<<) takes a mapping or a sequence of mappings", where};
     }
-    const bool all_maps = !maps.empty() && std::all_of(maps.begin(), maps.end(), [](const YamlNode& m) {
-      return m.is_mapping();
-    });
-    if (!all_maps) throw CopyError{"a merge key (<<) takes a mapping or a sequence of mappings", where};
-    // A map, not a scan per entry: a hostile file may merge many keys.
+    if (!std::all_of(maps.begin(), maps.end(), [](const YamlNode& m) { return m.is_mapping(); })) {
+      throw CopyError{"a merge key (<<) takes a mapping or a sequence of mappings", where};
+    }
+    // Maps, not a scan per entry: a hostile file may merge many keys.
     std::unordered_map<std::string, std::size_t> present;  // key -> its entry
     for (std::size_t i = 0; i < into.entries.size(); ++i) {
       if (into.entries[i].key.is_scalar()) present.emplace(into.entries[i].key.scalar, i);
     }
     for (YamlNode& map : maps) {
+      std::unordered_set<std::string> seen;
       for (YamlEntry& entry : map.entries) {
         if (entry.key.is_scalar()) {
+          if (!seen.insert(entry.key.scalar).second) {
+            throw CopyError{entry.key.scalar + ": set twice in a mapping merged with <<",
+                            MarkOf(entry.key)};
+          }
           const auto [at, added] = present.emplace(entry.key.scalar, into.entries.size());
           if (!added) {
             if (at->second < before_merge) {
@@ -157,6 +176,7 @@ class Copier {
   }
 
   std::size_t nodes_ = 0;
+  std::size_t text_bytes_ = 0;
 };
 
 // Debian's yaml-cpp 0.7 LoadAll() loops forever, adding a null document per

@@ -50,6 +50,7 @@ struct YamlEntry {
 // Limits that keep hostile input (alias bombs, absurd nesting) cheap.
 inline constexpr std::size_t kMaxYamlBytes = 1 << 20;  // 1 MiB
 inline constexpr std::size_t kMaxYamlNodes = 100000;   // after alias expansion
+inline constexpr std::size_t kMaxYamlTextBytes = 16 << 20;  // scalars, after alias expansion
 inline constexpr int kMaxYamlDepth = 64;
 
 // Parses one YAML (or JSON) document. OK with a kNull root for an empty

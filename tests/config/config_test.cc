@@ -220,6 +220,12 @@ sharing:
   EXPECT_EQ(r[3].name, "nvidia.com/gpu");  // its own key
   EXPECT_EQ(r[3].replicas, 2);             // the earlier mapping's
   EXPECT_EQ(r[3].devices.list, std::vector<std::string>{"0"});  // only the later one has it
+
+  // Tagged !!merge is a merge key too; an empty list merges nothing (as in Go).
+  const Config tagged = MustParse("version: v1\nflags:\n  !!merge <<: {migStrategy: mixed}\n");
+  EXPECT_EQ(tagged.flags.mig_strategy, MigStrategy::kMixed);
+  const Config empty = MustParse("version: v1\nflags:\n  <<: []\n  migStrategy: single\n");
+  EXPECT_EQ(empty.flags.mig_strategy, MigStrategy::kSingle);
 }
 
 TEST(DanqingConfigTest, ReplicaPolicy) {
@@ -637,9 +643,14 @@ const ErrorCase kErrorCases[] = {
     {"TwoDocuments", "version: v1\n---\nversion: v1\n",
      "test.yaml:3:", "more than one YAML document"},
     {"MergeKeyOfAScalar", "version: v1\nflags:\n  <<: none\n",
-     "test.yaml:3:7: ", "a merge key (<<) takes a mapping or a sequence of mappings"},
+     "test.yaml:3:3: ", "a merge key (<<) takes a mapping or a sequence of mappings"},
+    {"MergeKeyOfNothing", "version: v1\nflags:\n  <<:\n  migStrategy: none\n",
+     "test.yaml:3:3: ", "a merge key (<<) takes a mapping or a sequence of mappings"},
     {"MergeKeyOfAListWithAScalar", "version: v1\nflags:\n  <<: [{migStrategy: none}, 5]\n",
-     "test.yaml:3:7: ", "a merge key (<<) takes a mapping or a sequence of mappings"},
+     "test.yaml:3:3: ", "a merge key (<<) takes a mapping or a sequence of mappings"},
+    {"MergedMappingSetsAKeyTwice",
+     "version: v1\nflags:\n  <<: {migStrategy: none, migStrategy: mixed}\n",
+     "test.yaml:3:27: ", "migStrategy: set twice in a mapping merged with <<"},
     // Go's decoder lets the merge overwrite a key written before `<<`; YAML
     // 1.1 keeps the key: a file that the two read differently is refused.
     {"MergeOverAKeyWrittenBeforeIt",
@@ -680,6 +691,16 @@ TEST(FileErrorTest, AliasBombIsRejectedCheaply) {
   const Status st = ParseStatus(yaml);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("nodes (after expanding aliases)"));
+}
+
+// A long scalar named many times: few nodes, but gigabytes once copied.
+TEST(FileErrorTest, AliasesOfALongScalarAreRejectedCheaply) {
+  std::string yaml = "version: v1\nlong: &a " + std::string(600 * 1024, 'x') + "\nmany: [";
+  for (int i = 0; i < 20000; ++i) yaml += i ? ", *a" : "*a";
+  yaml += "]\n";
+  const Status st = ParseStatus(yaml);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("bytes of text (after expanding aliases)"));
 }
 
 TEST(FileErrorTest, DeepNestingIsRejected) {

@@ -7,9 +7,11 @@
 // replaced, which would orphan a watch on it) and reports, after a short
 // quiet period that coalesces bursts of events, whenever the directory saw an
 // event that can change what the path resolves to: on the file's own name or
-// on the name beside it that the path links to (a ConfigMap volume's
-// `..data`). Other files coming and going in the directory (a config kept
-// beside sockets, or in /etc) are not reported.
+// on a name beside it that the path's links lead through (a ConfigMap
+// volume's `..data`, a chain of links). Other files coming and going in the
+// directory (a config kept beside sockets, or in /etc) are not reported and
+// do not delay a report. A directory that is removed (a ConfigMap path
+// through `..data/`) is watched again once it is back, and that is reported.
 //
 // Thread-safety: the callback runs on the watcher's own thread; Stop() (and
 // the destructor) join it and may be called from any other thread.
@@ -20,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 
@@ -39,10 +42,10 @@ class FileWatcher {
 
  private:
   void Run(std::function<void()> on_change, std::chrono::milliseconds quiet);
-  // Whether an event on the directory entry `name` may change the file.
-  bool Concerns(std::string_view name) const;
+  std::vector<std::string> NamesOfThePath() const;
 
   std::string path_;
+  std::string dir_;
   int inotify_fd_ = -1;
   int stop_fd_ = -1;
   std::thread thread_;

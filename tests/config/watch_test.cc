@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "testing/support/temp_dir.h"
 
@@ -146,14 +148,73 @@ TEST_F(FileWatcherTest, AConfigMapVolumeUpdateIsReported) {
   EXPECT_EQ(Load().sharing.time_slicing->resources.at(0).replicas, 4);
 }
 
-// config.yaml -> real.yaml beside it: an edit of real.yaml counts.
-TEST_F(FileWatcherTest, AnEditOfTheFileTheLinkNamesBesideItIsReported) {
-  std::ofstream(dir_ + "/real.yaml") << Replicas(2);
-  std::filesystem::create_symlink("real.yaml", path_);
+// config.yaml linked to a file beside it, however the link is written: an
+// edit of that file counts.
+TEST_F(FileWatcherTest, AnEditOfAFileTheLinksLeadToBesideItIsReported) {
+  struct Layout {
+    const char* name;
+    std::vector<std::pair<std::string, std::string>> links;  // link -> target ("@" = the directory)
+    const char* edited;
+  };
+  const Layout layouts[] = {
+      {"relative", {{"config.yaml", "real.yaml"}}, "real.yaml"},
+      {"dot", {{"config.yaml", "./real.yaml"}}, "real.yaml"},
+      {"absolute", {{"config.yaml", "@/real.yaml"}}, "real.yaml"},
+      {"chain", {{"config.yaml", "current.yaml"}, {"current.yaml", "v1.yaml"}}, "v1.yaml"},
+  };
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(l.name);
+    const std::string dir = dir_ + "/" + l.name;
+    std::filesystem::create_directory(dir);
+    std::ofstream(dir + "/" + l.edited) << Replicas(2);
+    for (const auto& [link, target] : l.links) {
+      std::filesystem::create_symlink(target[0] == '@' ? dir + target.substr(1) : target, dir + "/" + link);
+    }
+    FileWatcher watcher;
+    std::atomic<int> changes{0};
+    ASSERT_TRUE(watcher.Start(dir + "/config.yaml", [&] { ++changes; }).ok());
+    std::ofstream(dir + "/edit.tmp") << Replicas(4);
+    std::filesystem::rename(dir + "/edit.tmp", dir + "/" + l.edited);
+    EXPECT_TRUE(WaitFor(changes, 1));
+  }
+}
+
+// A ConfigMap `items` path into a subdirectory: the file's directory is
+// `..data/sub`, which each update removes. Every update is seen.
+TEST_F(FileWatcherTest, AConfigMapSubdirectoryIsWatchedAgainAfterEachUpdate) {
+  auto version = [this](int n) {
+    const std::string v = dir_ + "/..ts" + std::to_string(n);
+    std::filesystem::create_directories(v + "/sub");
+    std::ofstream(v + "/sub/config.yaml") << Replicas(n + 1);
+    return "..ts" + std::to_string(n);
+  };
+  std::filesystem::create_directory_symlink(version(1), dir_ + "/..data");
+  std::filesystem::create_directory_symlink("..data/sub", dir_ + "/sub");
+  ASSERT_TRUE(watcher_.Start(dir_ + "/sub/config.yaml", [this] { ++changes_; }).ok());
+  for (int n = 2; n <= 3; ++n) {
+    std::filesystem::create_directory_symlink(version(n), dir_ + "/..data_tmp");
+    std::filesystem::rename(dir_ + "/..data_tmp", dir_ + "/..data");
+    std::filesystem::remove_all(dir_ + "/..ts" + std::to_string(n - 1));
+    EXPECT_TRUE(WaitFor(changes_, n - 1)) << "update " << n - 1;
+  }
+}
+
+// Other files changing all the time beside it do not hold a change back.
+TEST_F(FileWatcherTest, ChurnBesideItDoesNotDelayTheReport) {
+  Write(Replicas(2));
   Start();
-  std::ofstream(dir_ + "/real.yaml.tmp") << Replicas(4);
-  std::filesystem::rename(dir_ + "/real.yaml.tmp", dir_ + "/real.yaml");
-  EXPECT_TRUE(WaitFor(changes_, 1));
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    for (int i = 0; !stop; ++i) {
+      std::ofstream(dir_ + "/churn-" + std::to_string(i % 4)) << i;
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  Write(Replicas(4));
+  std::this_thread::sleep_for(1s);  // 50 quiet periods, with churn every 5 ms
+  EXPECT_EQ(changes_.load(), 1);
+  stop = true;
+  churn.join();
 }
 
 }  // namespace

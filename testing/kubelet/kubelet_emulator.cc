@@ -219,6 +219,13 @@ class KubeletEmulator::Impl {
     return it == resources_.end() ? nullptr : &it->second;
   }
 
+  // Waits until `holds` is true of `resource` (nullptr while it is unknown).
+  template <typename Holds>
+  bool WaitFor(const std::string& resource, std::chrono::milliseconds timeout, Holds holds) const {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return holds(Find(resource)); });
+  }
+
   // The channel of the registered plugin for `resource`, or an error.
   // `advertised`, when given, is the option GetDevicePluginOptions must have
   // set for the call: the kubelet calls GetPreferredAllocation and
@@ -563,11 +570,8 @@ std::string KubeletEmulator::kubelet_socket() const {
 
 bool KubeletEmulator::WaitForRegistration(const std::string& resource,
                                           std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(impl_->mu_);
-  return impl_->cv_.wait_for(lock, timeout, [&] {
-    const Impl::Resource* r = impl_->Find(resource);
-    return r != nullptr && r->registered;
-  });
+  return impl_->WaitFor(resource, timeout,
+                        [&](const Impl::Resource* r) { return r != nullptr && r->registered; });
 }
 
 bool KubeletEmulator::IsRegistered(const std::string& resource) const {
@@ -584,9 +588,7 @@ int KubeletEmulator::RegistrationCount(const std::string& resource) const {
 
 bool KubeletEmulator::WaitForRegistrationCount(const std::string& resource, int count,
                                                std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(impl_->mu_);
-  return impl_->cv_.wait_for(lock, timeout, [&] {
-    const Impl::Resource* r = impl_->Find(resource);
+  return impl_->WaitFor(resource, timeout, [&](const Impl::Resource* r) {
     return (r == nullptr ? 0 : r->registration_count) >= count;
   });
 }
@@ -621,9 +623,7 @@ std::optional<KubeletEmulator::Clock::time_point> KubeletEmulator::LastRegistrat
 
 bool KubeletEmulator::WaitForDevices(const std::string& resource, const DevicePredicate& predicate,
                                      std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(impl_->mu_);
-  return impl_->cv_.wait_for(lock, timeout, [&] {
-    const Impl::Resource* r = impl_->Find(resource);
+  return impl_->WaitFor(resource, timeout, [&](const Impl::Resource* r) {
     return r != nullptr && r->has_devices && predicate(r->devices);
   });
 }
@@ -654,11 +654,8 @@ bool KubeletEmulator::StreamEnded(const std::string& resource) const {
 
 bool KubeletEmulator::WaitForStreamEnd(const std::string& resource,
                                        std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(impl_->mu_);
-  return impl_->cv_.wait_for(lock, timeout, [&] {
-    const Impl::Resource* r = impl_->Find(resource);
-    return r != nullptr && r->stream_ended;
-  });
+  return impl_->WaitFor(resource, timeout,
+                        [&](const Impl::Resource* r) { return r != nullptr && r->stream_ended; });
 }
 
 grpc::Status KubeletEmulator::StreamStatus(const std::string& resource) const {
@@ -675,18 +672,14 @@ int KubeletEmulator::OpenStreams(const std::string& resource) const {
 
 bool KubeletEmulator::WaitForStreamUpdates(const std::string& resource, int64_t count,
                                            std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(impl_->mu_);
-  return impl_->cv_.wait_for(lock, timeout, [&] {
-    const Impl::Resource* r = impl_->Find(resource);
+  return impl_->WaitFor(resource, timeout, [&](const Impl::Resource* r) {
     return (r == nullptr ? 0 : r->stream_updates) >= count;
   });
 }
 
 bool KubeletEmulator::WaitForOpenStreams(const std::string& resource, int count,
                                          std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(impl_->mu_);
-  return impl_->cv_.wait_for(lock, timeout, [&] {
-    const Impl::Resource* r = impl_->Find(resource);
+  return impl_->WaitFor(resource, timeout, [&](const Impl::Resource* r) {
     return (r == nullptr ? 0 : r->open_streams) == count;
   });
 }

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 namespace danqing {
 namespace {
@@ -130,7 +131,8 @@ void FileWatcher::Run(std::function<void()> on_change, std::chrono::milliseconds
             continue;
           }
           if (names.empty()) names = NamesOfThePath();
-          concerns = std::find(names.begin(), names.end(), std::string_view(ev->name)) != names.end();
+          concerns =
+              std::find(names.begin(), names.end(), std::string_view(ev->name)) != names.end();
         }
       }
       if (concerns) report_at = Clock::now() + quiet;

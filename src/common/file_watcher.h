@@ -20,7 +20,6 @@
 #include <chrono>
 #include <functional>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 

@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <exception>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <string>
-#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -41,12 +41,12 @@ class Copier {
   YamlNode Copy(const YAML::Node& in, int depth) {
     if (++nodes_ > kMaxYamlNodes) {
       throw CopyError{"document has more than " + std::to_string(kMaxYamlNodes) +
-                              " nodes (after expanding aliases)",
-                          in.Mark()};
+                          " nodes (after expanding aliases)",
+                      in.Mark()};
     }
     if (depth > kMaxYamlDepth) {
       throw CopyError{"nesting deeper than " + std::to_string(kMaxYamlDepth) + " levels",
-                          in.Mark()};
+                      in.Mark()};
     }
     YamlNode out;
     const YAML::Mark mark = in.Mark();
@@ -86,9 +86,10 @@ class Copier {
           YamlEntry entry{Copy(it->first, depth + 1), Copy(it->second, depth + 1)};
           if (IsMergeKey(it->first)) {
             if (merge) {
-              throw CopyError{"a second merge key (<<) in one mapping; merge several mappings with "
-                              "<<: [*a, *b]",
-                              MarkOf(entry.key)};
+              throw CopyError{
+                  "a second merge key (<<) in one mapping; merge several mappings with "
+                  "<<: [*a, *b]",
+                  MarkOf(entry.key)};
             }
             merge = std::move(entry);
             before_merge = out.entries.size();
@@ -133,17 +134,19 @@ class Copier {
   // merge overwrite it, YAML 1.1 keeps it), and a key set twice in one merged
   // mapping (Go takes the last).
   static void Merge(YamlEntry merge, std::size_t before_merge, YamlNode& into) {
-    const YAML::Mark where = MarkOf(merge.key);
+    const auto is_mapping = [](const YamlNode& m) { return m.is_mapping(); };
+    // `<<: []` merges nothing, as in Go.
+    if (!merge.value.is_mapping() &&
+        !(merge.value.is_sequence() &&
+          std::all_of(merge.value.items.begin(), merge.value.items.end(), is_mapping))) {
+      throw CopyError{"a merge key (<<) takes a mapping or a sequence of mappings",
+                      MarkOf(merge.key)};
+    }
     std::vector<YamlNode> maps;
     if (merge.value.is_mapping()) {
       maps.push_back(std::move(merge.value));
-    } else if (merge.value.is_sequence()) {
-      maps = std::move(merge.value.items);  // `<<: []` merges nothing, as in Go
     } else {
-      throw CopyError{"a merge key (<<) takes a mapping or a sequence of mappings", where};
-    }
-    if (!std::all_of(maps.begin(), maps.end(), [](const YamlNode& m) { return m.is_mapping(); })) {
-      throw CopyError{"a merge key (<<) takes a mapping or a sequence of mappings", where};
+      maps = std::move(merge.value.items);
     }
     // Maps, not a scan per entry: a hostile file may merge many keys.
     std::unordered_map<std::string, std::size_t> present;  // key -> its entry
@@ -162,7 +165,8 @@ class Copier {
           if (!added) {
             if (at->second < before_merge) {
               const YamlNode& own = into.entries[at->second].key;
-              throw CopyError{own.scalar + ": set before the merge key (<<) and by the merged mapping "
+              throw CopyError{own.scalar +
+                                  ": set before the merge key (<<) and by the merged mapping "
                                   "too; NVIDIA's parser would take the merged value, YAML 1.1 this "
                                   "one: write `<<` first to keep this one",
                               MarkOf(own)};

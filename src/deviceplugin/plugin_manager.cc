@@ -110,8 +110,10 @@ void PluginManager::Update(std::shared_ptr<const ResourceSet> set) {
     // and nothing queued before it: publish on the caller's thread. Each
     // hand-off to another thread is a wake-up the scheduler may delay, and an
     // unhealthy GPU should reach ListAndWatch as fast as the event came.
-    if (!pending_ && started_ && SameResources(*set)) {
-      ApplyLocked(set);
+    // Not while the manager thread applies an earlier one (this one would be
+    // overwritten by it), nor when the CDI spec must be written first.
+    if (!pending_ && !applying_ && started_ && SameResources(*set) && !CdiNeededLocked(*set)) {
+      PublishLocked(set);
       return;
     }
     pending_ = std::move(set);
@@ -170,24 +172,59 @@ std::vector<ResourceStatus> PluginManager::Statuses() const {
   return out;
 }
 
-// Caller holds no lock; takes mu_ for the structure.
+// Caller holds no lock: the manager thread, or Start before it runs.
 void PluginManager::Apply(const std::shared_ptr<const ResourceSet>& set) {
+  // The CDI spec first: a device the kubelet hears of may be allocated at
+  // once, and a runtime refuses a container whose CDI name no spec defines.
+  WriteCdiIfNeeded(set);
   std::lock_guard<std::mutex> l(mu_);
-  ApplyLocked(set);
+  PublishLocked(set);
 }
 
 // Caller holds mu_.
-void PluginManager::ApplyLocked(const std::shared_ptr<const ResourceSet>& set) {
+bool PluginManager::CdiNeededLocked(const ResourceSet& set) const {
+  if (options_.cdi_root.empty() || !UsesCdi(options_.allocate.device_list_strategies)) return false;
+  // The spec names devices, not their health: a health change leaves it as
+  // it is, and the hot path writes no file.
+  return cdi_done_ != cdi_wanted_ || cdi_set_ == nullptr ||
+         cdi_set_->driver_version != set.driver_version ||
+         !SameDevicesIgnoringHealth(*cdi_set_, set);
+}
+
+// Caller holds no lock; only one thread calls it at a time (the manager
+// thread, or Start before it runs). Looking through the driver root and
+// writing the file happen without mu_: they may take a while (a slow disk, a
+// driver root of many links), and health changes and the readiness probe's
+// statuses must not wait for them. Snapshots that need the spec rewritten are
+// never published meanwhile: Update hands them to this thread.
+void PluginManager::WriteCdiIfNeeded(const std::shared_ptr<const ResourceSet>& set) {
+  uint64_t wanted = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!CdiNeededLocked(*set)) return;
+    wanted = cdi_wanted_;
+  }
+  std::vector<std::string> warnings;
+  const Status st = WriteCdiSpecFile(*set, &warnings);
+  if (!st.ok()) {
+    // Tried again with the next snapshot.
+    spdlog::error("plugin: writing the CDI spec failed: {}", st.ToString());
+    return;
+  }
+  for (const auto& w : warnings) spdlog::warn("plugin: CDI spec {}", w);
+  std::lock_guard<std::mutex> l(mu_);
+  cdi_done_ = wanted;
+  cdi_set_ = set;
+}
+
+Status PluginManager::WriteCdiSpecFile(const ResourceSet& set, std::vector<std::string>* warnings) {
+  return WriteCdiSpec(set, options_.cdi_root, options_.allocate, warnings);
+}
+
+// Caller holds mu_.
+void PluginManager::PublishLocked(const std::shared_ptr<const ResourceSet>& set) {
   const std::shared_ptr<const ResourceSet> previous = current_;
   current_ = set;
-  // The CDI spec first: a device the kubelet hears of may be allocated at
-  // once, and a runtime refuses a container whose CDI name no spec defines.
-  // It names devices, not their health: a health change leaves it as it is,
-  // and the hot path writes no file.
-  if (!cdi_written_ || previous == nullptr || previous->driver_version != set->driver_version ||
-      !SameDevicesIgnoringHealth(*previous, *set)) {
-    WriteCdi(*set);
-  }
   for (const auto& r : set->resources) {
     auto it = entries_.find(r.name);
     if (it == entries_.end()) {
@@ -445,34 +482,32 @@ void PluginManager::HandleInotify() {
 }
 
 void PluginManager::RewriteCdiSpec() {
-  std::lock_guard<std::mutex> l(mu_);
-  cdi_written_ = false;  // a snapshot still pending writes it when applied
-  if (!pending_ && current_) WriteCdi(*current_);
-}
-
-void PluginManager::WriteCdi(const ResourceSet& set) {
-  cdi_written_ = true;
-  if (options_.cdi_root.empty() || !UsesCdi(options_.allocate.device_list_strategies)) return;
-  std::vector<std::string> warnings;
-  if (Status st = WriteCdiSpec(set, options_.cdi_root, options_.allocate, &warnings); !st.ok()) {
-    cdi_written_ = false;  // try again with the next snapshot
-    spdlog::error("plugin: writing the CDI spec failed: {}", st.ToString());
-    return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ++cdi_wanted_;  // written by the manager thread, from the snapshot it has then
   }
-  for (const auto& w : warnings) spdlog::warn("plugin: CDI spec {}", w);
+  Wake();
 }
 
 void PluginManager::Run() {
   for (;;) {
-    std::shared_ptr<const ResourceSet> pending;
+    std::shared_ptr<const ResourceSet> pending, current;
     int timeout_ms = -1;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (stopping_) return;
       pending = std::move(pending_);
       pending_.reset();
+      applying_ = pending != nullptr;
+      current = current_;
     }
-    if (pending) Apply(pending);
+    if (pending) {
+      Apply(pending);
+      std::lock_guard<std::mutex> l(mu_);
+      applying_ = false;
+    } else if (current) {
+      WriteCdiIfNeeded(current);  // RewriteCdiSpec, or a write that failed before
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       const auto now = Clock::now();

@@ -29,9 +29,11 @@
 // re-registers only what may have changed.
 //
 // Thread-safety: all public methods may be called from any thread. Structural
-// work (serving, registering) is handed to the manager thread through an
-// eventfd; a snapshot that keeps the same resources is applied on the caller's
-// thread, under mu_.
+// work (serving, registering, writing the CDI spec) is handed to the manager
+// thread through an eventfd; a snapshot that keeps the same resources and
+// devices is applied on the caller's thread, under mu_. The CDI spec is
+// written without mu_ held: a slow write delays only the snapshot that needs
+// it, never a health change's caller or Statuses().
 #pragma once
 
 #include <chrono>
@@ -89,7 +91,7 @@ struct ResourceStatus {
 class PluginManager {
  public:
   explicit PluginManager(ManagerOptions options);
-  ~PluginManager();  // Stop()
+  virtual ~PluginManager();  // Stop()
   PluginManager(const PluginManager&) = delete;
   PluginManager& operator=(const PluginManager&) = delete;
 
@@ -104,12 +106,13 @@ class PluginManager {
   // are served and registered; resources that disappear stop being served.
   // A snapshot with the same resources as the current one (a health change)
   // reaches the ListAndWatch streams before Update returns; others are handed
-  // to the manager thread.
+  // to the manager thread, as is one that arrives while that thread applies
+  // an earlier snapshot or whose devices need the CDI spec written first.
   void Update(std::shared_ptr<const ResourceSet> set);
 
-  // Writes the CDI spec (cdi-* strategies) again from the current snapshot:
-  // the driver's files are looked for afresh (a reload calls it; health
-  // changes never rewrite the spec).
+  // Has the CDI spec (cdi-* strategies) written again, on the manager thread,
+  // from its snapshot then: the driver's files are looked for afresh (a reload
+  // calls it; health changes never rewrite the spec). Returns at once.
   void RewriteCdiSpec();
 
   // Stops every server, removes the sockets, joins the thread. Idempotent.
@@ -117,12 +120,20 @@ class PluginManager {
 
   std::vector<ResourceStatus> Statuses() const;
 
+ protected:
+  // Writes the spec file (WriteCdiSpec with the manager's options). Called
+  // without mu_ held. A seam for tests; a subclass that overrides it must
+  // call Stop() in its own destructor.
+  virtual Status WriteCdiSpecFile(const ResourceSet& set, std::vector<std::string>* warnings);
+
  private:
   struct Entry;
   void Run();
   void Wake();
   void Apply(const std::shared_ptr<const ResourceSet>& set);
-  void ApplyLocked(const std::shared_ptr<const ResourceSet>& set);
+  void PublishLocked(const std::shared_ptr<const ResourceSet>& set);
+  bool CdiNeededLocked(const ResourceSet& set) const;
+  void WriteCdiIfNeeded(const std::shared_ptr<const ResourceSet>& set);
   bool SameResources(const ResourceSet& set) const;
   void Serve(Entry& e);
   void TryRegister(Entry& e);
@@ -133,7 +144,6 @@ class PluginManager {
   void MarkRegistered(Entry& e, const std::optional<FileId>& kubelet);
   std::string KubeletSocket() const;       // <plugin_dir>/kubelet.sock
   std::optional<FileId> KubeletId() const;  // that file now; none if absent
-  void WriteCdi(const ResourceSet& set);
 
   const ManagerOptions options_;
   int inotify_fd_ = -1;
@@ -147,7 +157,12 @@ class PluginManager {
                                                             // themselves are touched by the thread
   std::shared_ptr<const ResourceSet> current_;              // guarded by mu_
   bool started_ = false;                                    // guarded by mu_: thread_ runs
-  bool cdi_written_ = false;                                // guarded by mu_: the spec matches current_
+  bool applying_ = false;  // guarded by mu_: Run took pending_, not yet published
+  // The CDI spec: RewriteCdiSpec asks for a write by raising cdi_wanted_; a
+  // write records the value it began under and the snapshot it wrote.
+  uint64_t cdi_wanted_ = 1;                     // guarded by mu_
+  uint64_t cdi_done_ = 0;                       // guarded by mu_
+  std::shared_ptr<const ResourceSet> cdi_set_;  // guarded by mu_
   // Resources no longer advertised: the kubelet they were registered with,
   // so one advertised again waits out the settle like a served-again one.
   std::map<std::string, std::optional<FileId>> retired_;    // guarded by mu_

@@ -2,6 +2,7 @@
 // builder and the PluginManager, driven by the kubelet emulator over real
 // unix sockets.
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,18 +10,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
-
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
+#include <future>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
-#include <mutex>
-#include <algorithm>
-
-#include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/plugin_manager.h"
 #include "deviceplugin/resource.h"
@@ -802,6 +802,141 @@ TEST_F(PluginTest, CdiSpecIsRewrittenForNewDevicesNotForHealth) {
   manager_->Update(*shared);  // same resource name, new device list
   ASSERT_TRUE(WaitAllHealthy(kGpu, 16));
   EXPECT_NE(Inode(spec_path), first) << "new devices left the CDI spec as it was";
+}
+
+// A manager whose CDI spec writes wait, once gated, until released: a write
+// that takes long (a slow disk, a driver root of many links).
+class GatedCdiManager : public PluginManager {
+ public:
+  using PluginManager::PluginManager;
+  ~GatedCdiManager() override {
+    Release();
+    Stop();  // before this class goes: the manager thread calls WriteCdiSpecFile
+  }
+  void Gate() {
+    std::lock_guard l(gate_mu_);
+    gated_ = true;
+  }
+  void Release() {
+    std::lock_guard l(gate_mu_);
+    gated_ = false;
+    gate_cv_.notify_all();
+  }
+  // Waits until `n` writes have begun (held at the gate while it is closed).
+  bool WaitForWritesBegun(int n, std::chrono::milliseconds timeout) {
+    std::unique_lock l(gate_mu_);
+    return gate_cv_.wait_for(l, timeout, [&] { return begun_ >= n; });
+  }
+
+ protected:
+  Status WriteCdiSpecFile(const ResourceSet& set, std::vector<std::string>* warnings) override {
+    {
+      std::unique_lock l(gate_mu_);
+      ++begun_;
+      gate_cv_.notify_all();
+      gate_cv_.wait(l, [&] { return !gated_; });
+    }
+    return PluginManager::WriteCdiSpecFile(set, warnings);
+  }
+
+ private:
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool gated_ = false;
+  int begun_ = 0;
+};
+
+// The 8-GPU node served by a GatedCdiManager with the cdi-cri strategy,
+// registered with the kubelet.
+class GatedCdiTest : public PluginTest {
+ protected:
+  void StartGated(GatedCdiManager** gated) {
+    LoadNode("a100-8x-nvswitch");
+    StartKubelet();
+    ManagerOptions opts;
+    opts.plugin_dir = dir_;
+    opts.cdi_root = dir_ + "/cdi";
+    opts.allocate.device_list_strategies = {DeviceListStrategy::kCdiCri};
+    auto owned = std::make_unique<GatedCdiManager>(opts);
+    *gated = owned.get();
+    manager_ = std::move(owned);
+    ASSERT_TRUE(manager_->Start(set_).ok());
+    ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  }
+  std::string GatedSpecPath() const { return dir_ + "/cdi/k8s.device-plugin.danqing.io-gpu.json"; }
+};
+
+TEST_F(GatedCdiTest, ASlowCdiWriteHoldsUpNeitherHealthChangesNorStatuses) {
+  GatedCdiManager* gated = nullptr;
+  ASSERT_NO_FATAL_FAILURE(StartGated(&gated));
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 8));
+  const ino_t first = Inode(GatedSpecPath());
+  ASSERT_NE(first, 0u);
+
+  // New devices (two replicas of each GPU): the spec must be written before
+  // the kubelet hears of them, and that write is held.
+  gated->Gate();
+  ResourceOptions ropts;
+  ropts.time_slicing.push_back({"nvidia.com/gpu", "", 2, {}});
+  auto shared = BuildResources(inventory_, ropts);
+  ASSERT_TRUE(shared.ok());
+  manager_->Update(*shared);
+  ASSERT_TRUE(gated->WaitForWritesBegun(2, 5s));
+
+  // Meanwhile the readiness probe's statuses and a health change's caller
+  // go on (before, both waited on the manager's lock for the whole write).
+  // A call still stuck when the wait ends is freed by opening the gate.
+  auto statuses = std::async(std::launch::async, [this] { return manager_->Statuses(); });
+  const bool statuses_answered = statuses.wait_for(5s) == std::future_status::ready;
+  const std::string sick = inventory_.gpus[2].uuid;
+  auto health = std::async(std::launch::async, [&] {
+    manager_->Update(WithHealth(**shared, {{sick, "XID 79"}}));
+  });
+  const bool health_returned = health.wait_for(5s) == std::future_status::ready;
+  // Not published before its spec: the kubelet still has the 8 GPUs (a check
+  // that can only pass wrongly, if the stream were slower than this wait).
+  const bool published_early = kubelet_->WaitForDevices(
+      kGpu, [](const std::vector<v1beta1::Device>& devs) { return devs.size() != 8; }, 300ms);
+  gated->Release();
+  EXPECT_TRUE(statuses_answered) << "Statuses() waited for the CDI spec write";
+  EXPECT_TRUE(health_returned) << "Update() of a health change waited for the CDI spec write";
+  EXPECT_FALSE(published_early) << "the kubelet heard of devices the CDI spec did not yet name";
+  if (statuses_answered) {
+    EXPECT_THAT(statuses.get(), SizeIs(1));
+  }
+
+  // Once written: the newest snapshot, the replicas with GPU 2's unhealthy.
+  EXPECT_TRUE(kubelet_->WaitForDevices(
+      kGpu,
+      [&](const std::vector<v1beta1::Device>& devs) {
+        if (devs.size() != 16) return false;
+        int unhealthy = 0;
+        for (const auto& d : devs) unhealthy += d.health() == "Unhealthy" ? 1 : 0;
+        return unhealthy == 2;
+      },
+      5s));
+  EXPECT_NE(Inode(GatedSpecPath()), first);
+}
+
+TEST_F(GatedCdiTest, RewriteCdiSpecWritesOnTheManagerThreadAndReturnsAtOnce) {
+  GatedCdiManager* gated = nullptr;
+  ASSERT_NO_FATAL_FAILURE(StartGated(&gated));
+  const std::string spec_path = GatedSpecPath();
+  const ino_t first = Inode(spec_path);
+  ASSERT_NE(first, 0u);
+  gated->Gate();
+  manager_->RewriteCdiSpec();  // returns with the write held
+  ASSERT_TRUE(gated->WaitForWritesBegun(2, 5s));
+  // Asked again during the write: written once more after it (the driver's
+  // files may have changed after the first write looked).
+  manager_->RewriteCdiSpec();
+  gated->Release();
+  EXPECT_TRUE(gated->WaitForWritesBegun(3, 5s));
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       Inode(spec_path) == first && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_NE(Inode(spec_path), first);
 }
 
 }  // namespace

@@ -1,14 +1,19 @@
 #include "health/monitor.h"
 
-#include <cstdlib>
-
 #include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <set>
 
 namespace danqing::health {
 namespace {
 
-constexpr uint64_t kThermalReasons = gpu::throttle::kSwThermalSlowdown | gpu::throttle::kHwThermalSlowdown |
-                                     gpu::throttle::kHwSlowdown | gpu::throttle::kHwPowerBrakeSlowdown;
+constexpr uint64_t kThermalReasons =
+    gpu::throttle::kSwThermalSlowdown | gpu::throttle::kHwThermalSlowdown;
+// Slowdowns NVML reports for more than heat (a power brake, power supply
+// protection; also for a moment during a clock or P-state change).
+constexpr uint64_t kHwSlowdownReasons =
+    gpu::throttle::kHwSlowdown | gpu::throttle::kHwPowerBrakeSlowdown;
 
 std::string XidDetail(uint64_t xid) {
   std::string d = "XID " + std::to_string(xid);
@@ -177,10 +182,19 @@ bool Monitor::OnXid(const gpu::GpuEvent& event, Clock::time_point now) {
   if (targets.empty()) {
     Log(false, fmt::format("health: XID {} for unknown device {} ignored", event.xid, event.uuid));
   }
-  for (const auto& uuid : targets) {
+  // NVML reports an XID on the GPU's handle, whichever MIG instance it hit:
+  // the GPU counts every XID it had, an instance its own as well.
+  std::set<std::string> counted;
+  const auto count = [&](const std::string& uuid) {
+    if (!counted.insert(uuid).second) return;
     DeviceState& d = devices_.at(uuid);
     d.xid_counts[event.xid]++;
     d.last_xid = event.xid;
+  };
+  for (const auto& uuid : targets) {
+    DeviceState& d = devices_.at(uuid);
+    count(uuid);
+    if (!d.is_gpu && devices_.contains(d.gpu_uuid)) count(d.gpu_uuid);
     if (action == XidAction::kIgnore) {
       Log(false, fmt::format("health: {} reported {}; ignored (application error or disabled by "
                              "DP_DISABLE_HEALTHCHECKS)",
@@ -283,6 +297,15 @@ bool Monitor::OnPoll(const std::string& gpu_uuid, const Result<gpu::Sensors>& re
       set("thermal-slowdown", false,
           "no slowdown" + (s.temperature_c ? ", " + std::to_string(*s.temperature_c) + " C" : std::string()));
     }
+  }
+
+  // HW slowdown without a temperature to wait for: present while polls show
+  // it, once two in a row have.
+  const uint64_t hw = s.throttle_reasons.value_or(0) & kHwSlowdownReasons;
+  d.hw_slowdown_polls = hw != 0 ? d.hw_slowdown_polls + 1 : 0;
+  if (hw == 0 || d.hw_slowdown_polls >= 2) {
+    set("hw-slowdown", hw != 0,
+        hw != 0 ? "clock slowdown " + gpu::throttle::Describe(hw) : "no HW slowdown");
   }
 
   // An absent reading says nothing, so a condition stays as it was: NVML

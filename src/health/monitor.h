@@ -17,10 +17,14 @@
 //     nvml-error       the device's sensors cannot be read, or a call every
 //                      working GPU answers (memory, temperature, utilisation)
 //                      fails with an error other than "not supported"
-//     thermal-slowdown thermal clock slowdown (SW/HW thermal, HW slowdown,
-//                      power brake); clears when the reasons are gone and
-//                      the temperature is `thermal_hysteresis_c` below the
-//                      temperature seen when it started
+//     thermal-slowdown thermal clock slowdown (SW or HW thermal); clears
+//                      when those reasons are gone and the temperature is
+//                      `thermal_hysteresis_c` below the temperature seen
+//                      when it started
+//     hw-slowdown      HW slowdown or power brake (not a temperature: an
+//                      external power brake, power protection) seen on two
+//                      polls in a row (a clock or P-state change can show it
+//                      for a moment); clears when a poll no longer shows it
 //     retired-pages-pending, row-remap-pending, row-remap-failure
 //                      need a reset; clear only when the GPU reports them
 //                      gone (after the reset)
@@ -137,6 +141,7 @@ class Monitor {
     // Poll memory (GPUs only).
     std::optional<uint64_t> last_ecc_uncorrected;
     uint32_t thermal_start_c = 0;
+    int hw_slowdown_polls = 0;  // polls in a row showing HW slowdown or power brake
   };
 
   // Sets or refreshes a condition; returns true if it is new.

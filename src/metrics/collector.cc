@@ -131,7 +131,7 @@ struct Ids {
                              "GPUs the last discovery could not read (e.g. lost).", T::kGauge);
     transitions = b.Add("danqing_health_transitions",
                         "Device health transitions since the agent started, by transition "
-                        "(\"unhealthy:xid-79\", \"healthy:recovered\").",
+                        "(\"unhealthy:xid\", \"healthy:gpu-lost\").",
                         T::kCounter);
   }
 };
@@ -307,12 +307,20 @@ std::shared_ptr<const Snapshot> Collector::Collect() {
   }
 
   for (const Row& row : rows) {
-    // Health: the device's own entry, else its GPU's.
-    const DeviceHealth* h = nullptr;
-    if (auto it = health.find(row.uuid); it != health.end()) {
-      h = &it->second;
-    } else if (auto pit = health.find(row.gpu->uuid); pit != health.end()) {
-      h = &pit->second;
+    // Health: the device's own entry; a MIG device is also unhealthy while
+    // its GPU is (the kubelet is told the same), the GPU's reasons first.
+    const auto find_health = [&health](const std::string& uuid) -> const DeviceHealth* {
+      const auto it = health.find(uuid);
+      return it == health.end() ? nullptr : &it->second;
+    };
+    const DeviceHealth* h = find_health(row.uuid);
+    bool healthy = h == nullptr || h->healthy;
+    std::string reason = healthy ? "" : h->reason;
+    if (row.mig != nullptr) {
+      if (const DeviceHealth* gh = find_health(row.gpu->uuid); gh != nullptr && !gh->healthy) {
+        reason = healthy ? gh->reason : gh->reason + "," + reason;
+        healthy = false;
+      }
     }
     // Who holds it.
     const std::vector<DeviceHolder>* hs = nullptr;
@@ -380,7 +388,9 @@ std::shared_ptr<const Snapshot> Collector::Collect() {
       if (s.remapped_rows_pending)
         b.Put(id.remap_pending, row.labels, *s.remapped_rows_pending ? 1 : 0);
     }
-    // XIDs are the GPU's (NVML reports them per GPU); MIG rows repeat none.
+    // XIDs are the GPU's (NVML reports them on the GPU, whichever of its MIG
+    // instances they hit: the health monitor counts them there); MIG rows
+    // repeat none.
     if (row.mig == nullptr) {
       b.Put(id.xid_last, labels, h ? static_cast<double>(h->last_xid) : 0);
       if (h) {
@@ -393,8 +403,8 @@ std::shared_ptr<const Snapshot> Collector::Collect() {
     }
     {
       Labels hl = row.labels;
-      hl.emplace_back("reason", h && !h->healthy ? h->reason : "");
-      b.Put(id.healthy, hl, h && !h->healthy ? 0 : 1);
+      hl.emplace_back("reason", reason);
+      b.Put(id.healthy, hl, healthy ? 1 : 0);
     }
 
     // Allocation state.

@@ -45,8 +45,8 @@ struct Sources {
   std::function<Result<gpu::Sensors>(const std::string& uuid)> read_sensors;
   // Health of devices; empty function or a device missing from the list: healthy.
   std::function<std::vector<DeviceHealth>()> health;
-  // Health transitions since start, by "<to>:<reason>" ("unhealthy:xid-79",
-  // "healthy:recovered") → count.
+  // Health transitions since start, by "<to>:<condition>" ("unhealthy:xid",
+  // "healthy:gpu-lost"; every XID condition counts as "xid") → count.
   std::function<std::map<std::string, uint64_t>()> health_transitions;
 };
 

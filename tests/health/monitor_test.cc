@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace danqing::health {
 namespace {
 
@@ -184,6 +186,25 @@ TEST_F(MonitorTest, MigEventHitsOnlyThatMigDevice) {
   EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu1, "xid-62"), Pair(kMigB, "xid-62")));
 }
 
+// NVML reports every XID on the GPU's handle: the GPU's counts (its
+// DCGM_FI_DEV_XID_ERRORS and xid_errors_total) include those of its MIG
+// instances, and an instance keeps its own.
+TEST_F(MonitorTest, XidsOfAMigInstanceAreCountedOnItsGpu) {
+  monitor_.OnEvent(Xid(kGpu1, 31, 1), t0_);
+  monitor_.OnEvent(Xid(kGpu1, 62, 2), t0_ + 1s);
+  monitor_.OnEvent(Xid(kGpu1, 62), t0_ + 2s);
+  std::map<std::string, DeviceHealth> by_uuid;
+  for (auto& d : monitor_.Snapshot()) by_uuid[d.uuid] = d;
+  EXPECT_THAT(by_uuid[kGpu1].xid_counts, ElementsAre(Pair(31u, 1u), Pair(62u, 2u)));
+  EXPECT_EQ(by_uuid[kGpu1].last_xid, 62u);
+  EXPECT_THAT(by_uuid[kMigA].xid_counts, ElementsAre(Pair(31u, 1u)));
+  EXPECT_EQ(by_uuid[kMigA].last_xid, 31u);
+  EXPECT_THAT(by_uuid[kMigB].xid_counts, ElementsAre(Pair(62u, 1u)));
+  EXPECT_THAT(by_uuid[kGpu0].xid_counts, IsEmpty());
+  // XID 31 is an application error: counted, nobody unhealthy for it.
+  EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu1, "xid-62"), Pair(kMigB, "xid-62")));
+}
+
 TEST_F(MonitorTest, UnattributedXidHitsEveryGpuUnknownDeviceNone) {
   EXPECT_TRUE(monitor_.OnEvent(Xid("", 62), t0_));
   EXPECT_EQ(monitor_.Unhealthy().size(), 2u);
@@ -224,6 +245,39 @@ TEST_F(MonitorTest, ThermalSlowdownRecoversWithHysteresis) {
   gpu::Sensors capped = Normal();
   capped.throttle_reasons = gpu::throttle::kSwPowerCap;
   EXPECT_FALSE(monitor_.OnPoll(kGpu0, capped, t0_ + 3s));
+}
+
+// HW slowdown and power brake are not heat: no temperature to wait for. A
+// brake engaged at 33 C clears when the poll no longer shows it, and one
+// poll's worth (a clock change) marks nothing.
+TEST_F(MonitorTest, HwSlowdownAndPowerBrakeClearWithTheirReason) {
+  for (uint64_t reason : {gpu::throttle::kHwPowerBrakeSlowdown, gpu::throttle::kHwSlowdown}) {
+    SCOPED_TRACE(reason);
+    gpu::Sensors braked = Normal();
+    braked.temperature_c = 33;
+    braked.throttle_reasons = reason;
+    gpu::Sensors idle = Normal();
+    idle.temperature_c = 33;
+    EXPECT_FALSE(monitor_.OnPoll(kGpu0, braked, t0_));
+    EXPECT_FALSE(monitor_.OnPoll(kGpu0, idle, t0_ + 1s));
+    EXPECT_THAT(monitor_.Unhealthy(), IsEmpty()) << "one poll's slowdown";
+    EXPECT_FALSE(monitor_.OnPoll(kGpu0, braked, t0_ + 2s));
+    EXPECT_TRUE(monitor_.OnPoll(kGpu0, braked, t0_ + 3s));
+    EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu0, "hw-slowdown")));
+    EXPECT_TRUE(monitor_.OnPoll(kGpu0, idle, t0_ + 4s));
+    EXPECT_THAT(monitor_.Unhealthy(), IsEmpty());
+  }
+  // With HW thermal slowdown as well, the heat's hysteresis still holds.
+  gpu::Sensors hot = Normal();
+  hot.temperature_c = 93;
+  hot.throttle_reasons = gpu::throttle::kHwThermalSlowdown | gpu::throttle::kHwSlowdown;
+  EXPECT_TRUE(monitor_.OnPoll(kGpu0, hot, t0_ + 5s));
+  EXPECT_TRUE(monitor_.OnPoll(kGpu0, hot, t0_ + 6s));
+  EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu0, "hw-slowdown,thermal-slowdown")));
+  gpu::Sensors warm = Normal();
+  warm.temperature_c = 90;
+  EXPECT_TRUE(monitor_.OnPoll(kGpu0, warm, t0_ + 7s));
+  EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu0, "thermal-slowdown")));
 }
 
 TEST_F(MonitorTest, RetiredPagesAndRowRemappingNeedTheGpuToReportThemGone) {

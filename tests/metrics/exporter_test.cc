@@ -587,41 +587,73 @@ TEST(ExporterTest, ConcurrentScrapesWhileCollecting) {
 }
 
 TEST(ExporterTest, HealthXidsAndTransitions) {
+  // As the health monitor reports: an entry for every GPU and MIG device.
   Sources extra;
-  std::string bad_uuid;
-  extra.health = [&bad_uuid] {
-    DeviceHealth h;
-    h.uuid = bad_uuid;
-    h.healthy = false;
-    h.reason = "xid-79";
-    h.xid_counts = {{79, 1}, {13, 2}};
-    h.last_xid = 79;
-    return std::vector<DeviceHealth>{h};
+  std::shared_ptr<const gpu::NodeInventory> inventory;
+  std::string sick_mig;
+  extra.health = [&inventory, &sick_mig] {
+    std::vector<DeviceHealth> out;
+    if (!inventory) return out;  // a collection as the exporter starts
+    for (const auto& g : inventory->gpus) {
+      DeviceHealth h;
+      h.uuid = g.uuid;
+      if (&g == &inventory->gpus[0]) {
+        h.healthy = false;
+        h.reason = "xid-79";
+        h.xid_counts = {{79, 1}, {13, 2}};
+        h.last_xid = 79;
+      }
+      out.push_back(h);
+      for (const auto& m : g.mig_devices) {
+        DeviceHealth mh;
+        mh.uuid = m.uuid;
+        if (m.uuid == sick_mig) {
+          mh.healthy = false;
+          mh.reason = "xid-62";
+        }
+        out.push_back(mh);
+      }
+    }
+    return out;
   };
   extra.health_transitions = [] {
-    return std::map<std::string, uint64_t>{{"unhealthy:xid-79", 1}, {"healthy:recovered", 0}};
+    return std::map<std::string, uint64_t>{{"unhealthy:xid", 1}, {"healthy:gpu-lost", 0}};
   };
   Served s("a100-mig-mixed", "", extra);
   ASSERT_TRUE(s.exporter);
+  inventory = s.node.inventory;
   const auto& g0 = s.node.inventory->gpus[0];
-  bad_uuid = g0.uuid;
+  const auto& g1 = s.node.inventory->gpus[1];
+  ASSERT_FALSE(g0.mig_devices.empty());
+  ASSERT_GE(g1.mig_devices.size(), 2u);
+  sick_mig = g1.mig_devices[0].uuid;
   ASSERT_TRUE(s.exporter->CollectNow().ok());
   auto e = Parse(test::Get(s.exporter->port()).body);
   auto h = Series(e, "danqing_gpu_healthy", g0.uuid);
   ASSERT_EQ(h.size(), 1u);
   EXPECT_EQ(h[0]->value, "0");
   EXPECT_EQ(h[0]->labels.at("reason"), "xid-79");
-  // Its MIG devices inherit the GPU's health.
+  // Its MIG devices are out with it, though their own entries say healthy
+  // (the kubelet is told the same).
   for (const auto& m : g0.mig_devices) {
     auto mh = Series(e, "danqing_gpu_healthy", g0.uuid, std::to_string(m.gpu_instance_id));
     ASSERT_EQ(mh.size(), 1u);
+    EXPECT_EQ(mh[0]->value, "0");
     EXPECT_EQ(mh[0]->labels.at("reason"), "xid-79");
+  }
+  // A MIG device's own condition is its alone.
+  for (const auto& m : g1.mig_devices) {
+    auto mh = Series(e, "danqing_gpu_healthy", g1.uuid, std::to_string(m.gpu_instance_id));
+    ASSERT_EQ(mh.size(), 1u);
+    const bool sick = m.uuid == sick_mig;
+    EXPECT_EQ(mh[0]->value, sick ? "0" : "1") << m.uuid;
+    EXPECT_EQ(mh[0]->labels.at("reason"), sick ? "xid-62" : "") << m.uuid;
   }
   EXPECT_EQ(One(e, "DCGM_FI_DEV_XID_ERRORS", g0.uuid), 79);
   EXPECT_EQ(e.Value("danqing_gpu_xid_errors_total", {{"UUID", g0.uuid}, {"xid", "13"}}), 2);
   EXPECT_EQ(e.Value("danqing_gpu_xid_errors_total", {{"UUID", g0.uuid}, {"xid", "79"}}), 1);
-  EXPECT_EQ(One(e, "danqing_gpu_healthy", s.node.inventory->gpus[1].uuid), 1);
-  EXPECT_EQ(e.Value("danqing_health_transitions_total", {{"transition", "unhealthy:xid-79"}}), 1);
+  EXPECT_EQ(One(e, "danqing_gpu_healthy", g1.uuid), 1);
+  EXPECT_EQ(e.Value("danqing_health_transitions_total", {{"transition", "unhealthy:xid"}}), 1);
 }
 
 TEST(ExporterTest, NvmlFailuresAndLostGpuAreCounted) {

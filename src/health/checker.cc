@@ -92,7 +92,15 @@ void Checker::PublishLocked() {
 }
 
 std::unique_ptr<gpu::EventStream> Checker::Subscribe() {
-  auto s = backend_.WatchEvents({});
+  // The GPUs the monitor tracks, not those the backend's last discovery saw:
+  // a GPU lost at that discovery (each subscription makes one) is listed in
+  // the stream's errors and watched again once it answers.
+  std::vector<std::string> gpus;
+  {
+    std::lock_guard lock(mu_);
+    gpus = monitor_.GpuUuids();
+  }
+  auto s = backend_.WatchEvents(gpus);
   if (!s.ok()) {
     spdlog::warn("health: no device events ({}); relying on polling, retrying in 10 s", s.status().ToString());
     return nullptr;

@@ -100,6 +100,17 @@ class HealthAgentTest : public ::testing::Test {
     return kubelet_->WaitForDevices(resource, [&](const Devices& d) { return OnlySick(d, sick); }, timeout);
   }
 
+  // NVML drops an event of a GPU no event set holds: an XID 62 is sent again
+  // until `sick` are the unhealthy devices (or 5 s pass).
+  bool XidUntilSick(const FakeNode& node, int gpu, const std::vector<std::string>& sick) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      node.Control(R"({"cmd":"xid","gpu":)" + std::to_string(gpu) + R"(,"xid":62})");
+      if (WaitSick(kGpu, sick, 200ms)) return true;
+    }
+    return false;
+  }
+
   std::string GpuUuid(const FakeNode& node, int index) {
     std::string reply = node.Control(R"({"cmd":"get","gpu":)" + std::to_string(index) + "}");
     auto at = reply.find("\"uuid\":\"");
@@ -324,29 +335,44 @@ TEST_F(HealthAgentTest, EventsKeepComingAfterAGpuFellOffTheBusAndFromItOnceItIsB
   FakeNode node("a100-8x-nvswitch");
   StartAgent(Config());
   const std::string gpu0 = GpuUuid(node, 0), gpu4 = GpuUuid(node, 4);
-  // NVML drops an event of a GPU no event set holds: an XID is sent again
-  // until it is seen (or 5 s pass).
-  auto xid_until_sick = [&](int gpu, const std::vector<std::string>& sick) {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      node.Control(R"({"cmd":"xid","gpu":)" + std::to_string(gpu) + R"(,"xid":62})");
-      if (WaitSick(kGpu, sick, 200ms)) return true;
-    }
-    return false;
-  };
 
   // GPU 4 falls off the bus without an XID: every wait on the event set that
   // holds it now fails. The poll thread marks it; the events thread replaces
   // the set, so the other GPUs' XIDs still arrive.
   node.Control(R"({"cmd":"lost","gpu":4,"xid":false})");
   ASSERT_TRUE(WaitSick(kGpu, {gpu4}));
-  ASSERT_TRUE(xid_until_sick(0, {gpu0, gpu4})) << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
+  ASSERT_TRUE(XidUntilSick(node, 0, {gpu0, gpu4}))
+      << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
 
   // GPU 4 answers again: healthy by the next poll, and subscribed to events
   // again, so an XID from it is seen.
   node.Control(R"({"cmd":"lost","gpu":4,"lost":false})");
   ASSERT_TRUE(WaitSick(kGpu, {}));  // GPU 0's XID is past its 600 ms quiet period too
-  EXPECT_TRUE(xid_until_sick(4, {gpu4})) << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
+  EXPECT_TRUE(XidUntilSick(node, 4, {gpu4}))
+      << ::testing::PrintToString(Health(kubelet_->Devices(kGpu)));
+}
+
+// Two GPUs lost one after the other: the second loss breaks the stream again
+// and the agent subscribes afresh, after a discovery that no longer saw the
+// first. Both are still watched for again, and their events seen once back.
+TEST_F(HealthAgentTest, TwoGpusLostInTurnAreBothWatchedAgainOnceBack) {
+  FakeNode node("a100-8x-nvswitch");
+  StartAgent(Config());
+  const std::string gpu0 = GpuUuid(node, 0), gpu5 = GpuUuid(node, 5), gpu6 = GpuUuid(node, 6);
+  node.Control(R"({"cmd":"lost","gpu":5,"xid":false})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu5}));
+  // The stream without GPU 5 works: an XID of GPU 0 arrives (and was
+  // subscribed after a discovery that did not see GPU 5).
+  ASSERT_TRUE(XidUntilSick(node, 0, {gpu0, gpu5}));
+  node.Control(R"({"cmd":"lost","gpu":6,"xid":false})");
+  ASSERT_TRUE(WaitSick(kGpu, {gpu5, gpu6}, 5s));  // GPU 0's XID is past its quiet period
+  node.Control(R"({"cmd":"lost","gpu":5,"lost":false})");
+  node.Control(R"({"cmd":"lost","gpu":6,"lost":false})");
+  ASSERT_TRUE(WaitSick(kGpu, {}));
+  EXPECT_TRUE(XidUntilSick(node, 5, {gpu5}))
+      << "GPU 5, lost first, is no longer watched for events";
+  ASSERT_TRUE(WaitSick(kGpu, {}));
+  EXPECT_TRUE(XidUntilSick(node, 6, {gpu6})) << "GPU 6 is no longer watched for events";
 }
 
 // A reload that replaces the health checker (new health options, or another

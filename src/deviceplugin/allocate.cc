@@ -47,7 +47,8 @@ std::vector<std::string> DeviceNodes(const Device& d, const MigCapMinors& caps) 
 // listed when it exists, under dev_root or at its own path (where the plugin
 // container sees the host's /dev), checked at each Allocate.
 std::vector<std::string> ControlNodes(const std::string& dev_root) {
-  static const char* const kNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"};
+  static const char* const kNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                       "/dev/nvidia-modeset"};
   std::vector<std::string> out;
   for (const char* n : kNodes) {
     std::error_code ec;
@@ -154,7 +155,12 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
       (*resp.mutable_annotations())[options.cdi_annotation_prefix + "danqing-device-plugin_" + key] = joined;
     }
   }
-  if (options.pass_device_specs) {
+  // Device specs only with a strategy that is not CDI, as NVIDIA's plugin
+  // does: with CDI alone the runtime adds the nodes from the spec.
+  const bool cdi_only =
+      std::all_of(options.device_list_strategies.begin(), options.device_list_strategies.end(),
+                  [](DeviceListStrategy s) { return UsesCdi({s}); });
+  if (options.pass_device_specs && !cdi_only) {
     std::set<std::string> added;
     auto add = [&](const std::string& path) {
       if (!added.insert(path).second) return;

@@ -178,16 +178,21 @@ TEST_F(PluginTest, AllocateSetsVisibleDevicesAndDeviceNodes) {
   auto r = kubelet_->Allocate(kGpu, {a, b});
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.response.envs().at("NVIDIA_VISIBLE_DEVICES"), a + "," + b);
-  if (!std::filesystem::exists("/dev/nvidia-uvm-tools")) {  // a machine with a driver lists it anyway
+  if (!std::filesystem::exists("/dev/nvidia-uvm-tools") &&
+      !std::filesystem::exists(
+          "/dev/nvidia-modeset")) {  // a machine with a driver lists them anyway
     EXPECT_EQ(nodes_of(r.response),
               (std::set<std::string>{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm"}));
   }
-  // The module made its node: the next Allocate lists it.
+  // The modules made their nodes: the next Allocate lists them.
   std::ofstream(dev_root + "/dev/nvidia-uvm-tools") << "";
+  std::ofstream(dev_root + "/dev/nvidia-modeset") << "";
   r = kubelet_->Allocate(kGpu, {a, b});
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
-  EXPECT_EQ(nodes_of(r.response), (std::set<std::string>{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl",
-                                                         "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}));
+  EXPECT_EQ(
+      nodes_of(r.response),
+      (std::set<std::string>{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm",
+                             "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}));
 }
 
 TEST_F(PluginTest, AllocateByIndexStrategy) {

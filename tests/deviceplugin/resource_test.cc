@@ -298,6 +298,28 @@ TEST(AllocateTest, DevRootPrefixesHostPaths) {
   EXPECT_TRUE(found);
 }
 
+// As NVIDIA's plugin: with CDI strategies alone the runtime takes the device
+// nodes from the CDI spec, and passDeviceSpecs adds none beside them.
+TEST(AllocateTest, DeviceSpecsOnlyWithAStrategyThatIsNotCdi) {
+  AllocateOptions o;
+  o.pass_device_specs = true;
+  for (const auto& strategies : std::vector<std::vector<DeviceListStrategy>>{
+           {DeviceListStrategy::kCdiCri},
+           {DeviceListStrategy::kCdiAnnotations},
+           {DeviceListStrategy::kCdiCri, DeviceListStrategy::kCdiAnnotations}}) {
+    o.device_list_strategies = strategies;
+    auto r = BuildContainerResponse(GpuResource(1), {"GPU-0"}, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->devices_size(), 0) << strategies.size() << " CDI strategies";
+    EXPECT_FALSE(r->cdi_devices().empty() && r->annotations().empty());
+  }
+  o.device_list_strategies = {DeviceListStrategy::kCdiCri, DeviceListStrategy::kEnvvar};
+  auto r = BuildContainerResponse(GpuResource(1), {"GPU-0"}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GE(r->devices_size(), 1);
+  EXPECT_EQ(r->cdi_devices_size(), 1);
+}
+
 TEST(AllocateTest, MigDeviceNodesFromCapMinors) {
   auto caps = ParseMigCapMinors("config 1\nmonitor 2\ngpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\n");
   ASSERT_TRUE(caps.ok()) << caps.status().ToString();

@@ -64,9 +64,7 @@ Result<deviceplugin::ResourceOptions> ResourceOptionsFrom(const config::Config& 
       t.replicas = r.replicas;
       switch (r.devices.kind) {
         case config::ReplicatedDevices::Kind::kAll: break;
-        case config::ReplicatedDevices::Kind::kCount:
-          for (int i = 0; i < r.devices.count; ++i) t.devices.push_back(std::to_string(i));
-          break;
+        case config::ReplicatedDevices::Kind::kCount: t.count = r.devices.count; break;
         case config::ReplicatedDevices::Kind::kList: t.devices = r.devices.list; break;
       }
       o.time_slicing.push_back(std::move(t));

@@ -162,7 +162,19 @@ Status ApplyTimeSlicing(const ResourceOptions& opts, std::vector<Resource>& out,
       }
     }
     std::vector<Device> shared, kept;
-    for (const auto& d : it->devices) (Selected(d, ts.devices) ? shared : kept).push_back(d);
+    if (ts.count > 0) {
+      // The first N of the resource, whatever their indices (a MIG device's
+      // is "0:1"; a GPU left out of discovery leaves a gap).
+      if (static_cast<size_t>(ts.count) > it->devices.size()) {
+        return InvalidArgument("time-slicing of " + ts.name +
+                               ": devices: " + std::to_string(ts.count) + ", but this node has " +
+                               std::to_string(it->devices.size()) + " device(s) of that resource");
+      }
+      shared.assign(it->devices.begin(), it->devices.begin() + ts.count);
+      kept.assign(it->devices.begin() + ts.count, it->devices.end());
+    } else {
+      for (const auto& d : it->devices) (Selected(d, ts.devices) ? shared : kept).push_back(d);
+    }
     std::string name = ts.rename;
     if (name.empty()) {
       name = opts.rename_by_default ? ts.name + ".shared" : ts.name;
@@ -172,6 +184,13 @@ Status ApplyTimeSlicing(const ResourceOptions& opts, std::vector<Resource>& out,
                            "ones are advertised as " + name + " so requests for " + ts.name +
                            " still get exclusive GPUs");
       }
+    }
+    if (name != ts.name &&
+        std::any_of(out.begin(), out.end(), [&](const Resource& r) { return r.name == name; })) {
+      // Its replicas would join devices of another kind (a MIG slice among
+      // whole GPUs), and its sharing settings overwrite theirs.
+      return InvalidArgument("time-slicing of " + ts.name + " advertises its replicas as " + name +
+                             ", which this node already advertises; choose another rename");
     }
     std::vector<Device> replicas;
     for (const auto& d : shared) {

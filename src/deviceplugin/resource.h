@@ -63,8 +63,12 @@ struct TimeSlicing {
   std::string name;     // the resource it shares, e.g. nvidia.com/gpu
   std::string rename;   // advertised name; empty = name (or name + ".shared" when rename_by_default)
   int replicas = 1;
-  // Which GPUs: empty = all; else NVML indices ("0", "1:0") or UUIDs.
+  // Which devices: empty (and count 0) = all; else NVML indices ("0", "1:0")
+  // or UUIDs.
   std::vector<std::string> devices;
+  // Or how many: the resource's first `count` devices, in the order they are
+  // advertised (GPU index, then MIG device). 0 = not a count.
+  int count = 0;
 };
 
 struct ResourceOptions {

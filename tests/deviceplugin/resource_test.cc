@@ -217,6 +217,52 @@ TEST(ResourceTest, TimeSlicingSelectorNamingNoDeviceIsAnError) {
   EXPECT_THAT(set.status().message(), HasSubstr("'7'"));
 }
 
+// A count is the resource's first N devices, whatever their indices: MIG
+// devices ("0:1"), GPUs with a gap (one left out of discovery).
+TEST(ResourceTest, TimeSlicingACountTakesTheFirstDevicesOfTheResource) {
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
+  g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 7), MakeMig(g0, 1, "1g.10gb", 8),
+                    MakeMig(g0, 2, "1g.10gb", 9)};
+  ResourceOptions mixed;
+  mixed.mig_strategy = MigStrategy::kMixed;
+  mixed.time_slicing.push_back({"nvidia.com/mig-1g.10gb", "", 2, {}, 2});
+  auto set = BuildResources(Node({g0, MakeGpu(1)}), mixed);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  const Resource* shared = (*set)->Find("nvidia.com/mig-1g.10gb.shared");
+  const Resource* kept = (*set)->Find("nvidia.com/mig-1g.10gb");
+  ASSERT_TRUE(shared && kept);
+  EXPECT_THAT(Ids(*shared), ElementsAre("MIG-0-0::0", "MIG-0-0::1", "MIG-0-1::0", "MIG-0-1::1"));
+  EXPECT_THAT(Ids(*kept), ElementsAre("MIG-0-2"));
+
+  ResourceOptions gap;  // GPU indices 0 and 2
+  gap.time_slicing.push_back({"nvidia.com/gpu", "", 2, {}, 2});
+  set = BuildResources(Node({MakeGpu(0), MakeGpu(2)}), gap);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_THAT(Ids(*(*set)->Find("nvidia.com/gpu")),
+              ElementsAre("GPU-0::0", "GPU-0::1", "GPU-2::0", "GPU-2::1"));
+
+  gap.time_slicing[0].count = 3;
+  set = BuildResources(Node({MakeGpu(0), MakeGpu(2)}), gap);
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.status().message(), HasSubstr("devices: 3, but this node has 2 device(s)"));
+}
+
+// Replicas renamed onto a resource the node already advertises would mix
+// devices of two kinds under one name: refused.
+TEST(ResourceTest, TimeSlicingRenameOntoAnAdvertisedResourceIsAnError) {
+  auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
+  g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 7)};
+  ResourceOptions o;
+  o.mig_strategy = MigStrategy::kMixed;
+  o.time_slicing.push_back({"nvidia.com/mig-1g.10gb", "nvidia.com/gpu", 2, {}});
+  auto set = BuildResources(Node({g0, MakeGpu(1)}), o);
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.status().message(),
+              HasSubstr("as nvidia.com/gpu, which this node already advertises"));
+  o.time_slicing[0].rename = "nvidia.com/gpu-slice";
+  EXPECT_TRUE(BuildResources(Node({g0, MakeGpu(1)}), o).ok());
+}
+
 TEST(ResourceTest, HealthPropagatesToEveryReplicaAndMigDevice) {
   auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
   g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 1), MakeMig(g0, 1, "1g.10gb", 2)};

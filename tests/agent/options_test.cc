@@ -1,0 +1,58 @@
+// How the agent turns its configuration into the device plugin's options.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/agent.h"
+#include "gpu/nvml_backend.h"
+#include "testing/support/fake_node.h"
+
+namespace danqing::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+// `devices: N` shares the resource's first N devices, also where they have
+// no plain GPU index (MIG devices are "0:1"); it used to become the indices
+// "0".."N-1", which matched no MIG device and stopped the agent.
+TEST(ResourceOptionsTest, ACountSharesTheFirstDevicesOfAMigResource) {
+  danqing::testing::FakeNode node("a100-mig-mixed");
+  auto b = gpu::NvmlBackend::Create(danqing::testing::FakeNvmlLibrary());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto inv = b.value()->Discover();
+  ASSERT_TRUE(inv.ok()) << inv.status().ToString();
+  auto cfg = config::ParseConfig(
+      "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n    resources:\n"
+      "    - name: nvidia.com/mig-1g.10gb\n      devices: 2\n      replicas: 3\n",
+      "test.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto ro = ResourceOptionsFrom(*cfg);
+  ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+  auto set = deviceplugin::BuildResources(*inv, *ro);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  const deviceplugin::Resource* whole = (*set)->Find("nvidia.com/mig-1g.10gb");
+  const deviceplugin::Resource* shared = (*set)->Find("nvidia.com/mig-1g.10gb.shared");
+  ASSERT_NE(shared, nullptr);
+  ASSERT_EQ(shared->devices.size(), 6u);
+  EXPECT_EQ(shared->replicas, 3);
+  if (whole != nullptr) {
+    for (const auto& d : whole->devices) {
+      EXPECT_NE(d.device_uuid, shared->devices[0].device_uuid);
+      EXPECT_NE(d.device_uuid, shared->devices[3].device_uuid);
+    }
+  }
+
+  // More than the node has: a clear error, not a guess.
+  cfg = config::ParseConfig(
+      "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n    resources:\n"
+      "    - name: nvidia.com/mig-1g.10gb\n      devices: 99\n      replicas: 3\n",
+      "test.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  ro = ResourceOptionsFrom(*cfg);
+  ASSERT_TRUE(ro.ok());
+  set = deviceplugin::BuildResources(*inv, *ro);
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.status().message(), HasSubstr("devices: 99"));
+}
+
+}  // namespace
+}  // namespace danqing::agent

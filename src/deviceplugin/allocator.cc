@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <compare>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -604,17 +605,38 @@ void PreferredAllocator::TakeDistributed(const std::vector<int64_t>& free,
                                          std::vector<int64_t>& take) const {
   const size_t ne = free.size();
   // Step 1: one device on each of up to `wanted` distinct GPUs that hold no
-  // must_include device, chosen by the search.
-  std::vector<int> cand;
-  std::vector<char> leaves;
+  // must_include device: the GPUs with the most free devices (the least
+  // loaded) first, as NVIDIA's distributed allocation; the search chooses
+  // only among GPUs with equal free counts where not all of them fit, the
+  // GPUs taken for having more counting as already held.
+  std::vector<int> others;
+  std::vector<int64_t> counts;
   for (int e : avail) {
     if (has_must[static_cast<size_t>(e)]) continue;
-    cand.push_back(e);
-    leaves.push_back(free[static_cast<size_t>(e)] == 1);
+    others.push_back(e);
+    counts.push_back(free[static_cast<size_t>(e)]);
   }
-  const int d = static_cast<int>(std::min<int64_t>(wanted, static_cast<int64_t>(cand.size())));
-  for (int e : Impl::Search(*this, cand, must_es, avail, free, leaves, d)) {
-    take[static_cast<size_t>(e)] = 1;
+  const int d = static_cast<int>(std::min<int64_t>(wanted, static_cast<int64_t>(others.size())));
+  if (d > 0) {
+    std::nth_element(counts.begin(), counts.begin() + (d - 1), counts.end(), std::greater<>());
+    const int64_t tier = counts[static_cast<size_t>(d - 1)];
+    std::vector<int> held = must_es;
+    std::vector<int> cand;
+    std::vector<char> leaves;
+    for (int e : others) {
+      const int64_t f = free[static_cast<size_t>(e)];
+      if (f > tier) {
+        take[static_cast<size_t>(e)] = 1;
+        held.push_back(e);
+      } else if (f == tier) {
+        cand.push_back(e);
+        leaves.push_back(f == 1);
+      }
+    }
+    const int rest = d - static_cast<int>(held.size() - must_es.size());
+    for (int e : Impl::Search(*this, cand, held, avail, free, leaves, rest)) {
+      take[static_cast<size_t>(e)] = 1;
+    }
   }
   // Step 2: more devices than distinct GPUs: reuse GPUs, each extra device
   // from the GPU with the most free devices left (lowest entity on ties).

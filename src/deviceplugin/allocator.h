@@ -12,9 +12,12 @@
 // Several devices may live on one GPU (time-slicing replicas "<uuid>::<n>",
 // MIG devices). Where they go is the ReplicaPolicy:
 //   kDistributed (the default): a request larger than one spreads over
-//     distinct GPUs when it can (chosen by criteria 1-4), extra devices then
-//     going to the GPUs with the most free devices left; a single replica goes
-//     to the GPU with the most free replicas. This spreads time-sliced load.
+//     distinct GPUs when it can, the GPUs with the most free devices (the
+//     least loaded) first, as NVIDIA's distributed allocation does; criteria
+//     1-4 choose only among GPUs with equal free counts. Extra devices then
+//     go to the GPUs with the most free devices left. This spreads
+//     time-sliced load; with one device per GPU, or all GPUs equally free,
+//     the topology alone decides.
 //   kPacked: fill one GPU before using the next. The request takes devices
 //     from the GPU with the fewest free devices that still has any, all of
 //     them, then continues on the next such GPU, until it is satisfied. Among

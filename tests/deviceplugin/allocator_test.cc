@@ -393,10 +393,42 @@ TEST(PreferredAllocatorReplicaTest, OneReplicaFromTheGpuWithMostFree) {
     for (int k = 4 - free_count[g]; k < 4; ++k) avail.push_back(Replica(inv, g, k));
   }
   EXPECT_THAT(alloc.Choose(avail, {}, 1), ElementsAre(Replica(inv, 4, 0)));
-  // Two: distinct GPUs on one PCIe switch. {0,1} and {6,7} would take the
-  // last replica of GPU 0 or 7 (criterion 3); {2,3} and {4,5} both have six
-  // free replicas, so the lower pair wins.
-  EXPECT_THAT(alloc.Choose(avail, {}, 2), ElementsAre(Replica(inv, 2, 1), Replica(inv, 3, 1)));
+  // Two: the two idle GPUs, 4 and 6, though {2,3} (three free each) share a
+  // PCIe switch and they do not: load first, as NVIDIA's distributed policy.
+  EXPECT_THAT(alloc.Choose(avail, {}, 2), ElementsAre(Replica(inv, 4, 0), Replica(inv, 6, 0)));
+  // Three: 4 and 6, then one of the GPUs with three free, 2 and 3; of those
+  // the topology picks (all equal here: the lower).
+  EXPECT_THAT(alloc.Choose(avail, {}, 3),
+              ElementsAre(Replica(inv, 2, 1), Replica(inv, 4, 0), Replica(inv, 6, 0)));
+}
+
+// The reviewer's case: four GPUs, every pair 12 NVLink lanes, A and B on one
+// PCIe switch. A and B have 3 of 4 replicas taken, C and D none: a request
+// for two goes to C and D, not to the busy, better-linked pair.
+TEST(PreferredAllocatorReplicaTest, LoadComesBeforeTopologyForReplicas) {
+  gpu::Topology t(4);
+  for (size_t a = 0; a < 4; ++a) {
+    for (size_t b = 0; b < 4; ++b) {
+      t.at(a, b).pcie = a == b
+                            ? gpu::PcieLevel::kSame
+                            : (a < 2 && b < 2 ? gpu::PcieLevel::kSwitch : gpu::PcieLevel::kSystem);
+      t.at(a, b).nvlinks = a == b ? 0 : 12;
+    }
+  }
+  std::vector<AllocatableDevice> devices;
+  for (int g = 0; g < 4; ++g) {
+    for (int k = 0; k < 4; ++k)
+      devices.push_back({"g" + std::to_string(g) + "::" + std::to_string(k), g});
+  }
+  const PreferredAllocator alloc(t, devices);
+  const std::vector<std::string> avail = {"g0::3", "g1::3", "g2::0", "g2::1", "g2::2",
+                                          "g2::3", "g3::0", "g3::1", "g3::2", "g3::3"};
+  EXPECT_THAT(alloc.Choose(avail, {}, 2), ElementsAre("g2::0", "g3::0"));
+  EXPECT_THAT(alloc.Choose(avail, {}, 1), ElementsAre("g2::0"));
+  // All equally free: the topology decides (the pair on one switch).
+  std::vector<std::string> all;
+  for (const auto& d : devices) all.push_back(d.id);
+  EXPECT_THAT(alloc.Choose(all, {}, 2), ElementsAre("g0::0", "g1::0"));
 }
 
 TEST(PreferredAllocatorReplicaTest, TwoReplicasGoToTwoWellLinkedGpus) {

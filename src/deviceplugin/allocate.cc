@@ -40,12 +40,14 @@ std::vector<std::string> DeviceNodes(const Device& d, const MigCapMinors& caps) 
   return nodes;
 }
 
-// The driver's control nodes a CUDA container needs. Each is optional, as in
-// NVIDIA's plugin: the UVM module creates its nodes only when first loaded
-// (often by the first CUDA program after boot), and a runtime refuses to start
-// a container whose device spec names a node that does not exist. So a node is
-// listed when it exists, under dev_root or at its own path (where the plugin
-// container sees the host's /dev), checked at each Allocate.
+}  // namespace
+
+// Each control node is optional, as in NVIDIA's plugin: the UVM module
+// creates its nodes only when first loaded (often by the first CUDA program
+// after boot), and a runtime refuses to start a container whose device spec
+// names a node that does not exist. So a node is listed when it exists, under
+// dev_root or at its own path (where the plugin container sees the host's
+// /dev), checked at each Allocate.
 std::vector<std::string> ControlNodes(const std::string& dev_root) {
   static const char* const kNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
                                        "/dev/nvidia-modeset"};
@@ -56,6 +58,8 @@ std::vector<std::string> ControlNodes(const std::string& dev_root) {
   }
   return out;
 }
+
+namespace {
 
 bool Has(const AllocateOptions& o, DeviceListStrategy s) {
   return std::find(o.device_list_strategies.begin(), o.device_list_strategies.end(), s) !=
@@ -158,6 +162,7 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
   // Device specs only with a strategy that is not CDI, as NVIDIA's plugin
   // does: with CDI alone the runtime adds the nodes from the spec.
   const bool cdi_only =
+      !options.device_list_strategies.empty() &&
       std::all_of(options.device_list_strategies.begin(), options.device_list_strategies.end(),
                   [](DeviceListStrategy s) { return UsesCdi({s}); });
   if (options.pass_device_specs && !cdi_only) {

@@ -45,6 +45,11 @@ struct AllocateOptions {
 // is then written).
 bool UsesCdi(const std::vector<DeviceListStrategy>& strategies);
 
+// The driver's control nodes a CUDA container needs that exist now
+// (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia-modeset),
+// under `dev_root` or at their own path.
+std::vector<std::string> ControlNodes(const std::string& dev_root);
+
 inline constexpr std::string_view kVisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES";
 inline constexpr std::string_view kVolumeMountDir = "/var/run/nvidia-container-devices";
 

@@ -20,6 +20,10 @@ namespace danqing::deviceplugin {
 
 using Clock = std::chrono::steady_clock;
 
+// The retry backoff of a CDI spec write that failed.
+constexpr std::chrono::milliseconds kCdiRetryFirst{1'000};
+constexpr std::chrono::milliseconds kCdiRetryMax{30'000};
+
 struct PluginManager::Entry {
   std::string resource;
   std::string socket_name;
@@ -181,9 +185,13 @@ void PluginManager::Apply(const std::shared_ptr<const ResourceSet>& set) {
   PublishLocked(set);
 }
 
+bool PluginManager::CdiOn() const {
+  return !options_.cdi_root.empty() && UsesCdi(options_.allocate.device_list_strategies);
+}
+
 // Caller holds mu_.
 bool PluginManager::CdiNeededLocked(const ResourceSet& set) const {
-  if (options_.cdi_root.empty() || !UsesCdi(options_.allocate.device_list_strategies)) return false;
+  if (!CdiOn()) return false;
   // The spec names devices, not their health: a health change leaves it as
   // it is, and the hot path writes no file.
   return cdi_done_ != cdi_wanted_ || cdi_set_ == nullptr ||
@@ -204,17 +212,62 @@ void PluginManager::WriteCdiIfNeeded(const std::shared_ptr<const ResourceSet>& s
     if (!CdiNeededLocked(*set)) return;
     wanted = cdi_wanted_;
   }
+  // The nodes as the spec will list them; looked at again every
+  // options_.cdi_node_check (a node made just after this is seen then).
+  std::vector<std::string> nodes = ControlNodes(options_.allocate.dev_root);
   std::vector<std::string> warnings;
   const Status st = WriteCdiSpecFile(*set, &warnings);
+  std::lock_guard<std::mutex> l(mu_);
   if (!st.ok()) {
-    // Tried again with the next snapshot.
-    spdlog::error("plugin: writing the CDI spec failed: {}", st.ToString());
+    // Tried again with the next snapshot, or after the backoff.
+    cdi_backoff_ = std::clamp(cdi_backoff_ * 2, kCdiRetryFirst, kCdiRetryMax);
+    cdi_check_at_ = Clock::now() + cdi_backoff_;
+    spdlog::error("plugin: writing the CDI spec failed (trying again in {} s): {}",
+                  std::chrono::duration<double>(cdi_backoff_).count(), st.ToString());
     return;
   }
   for (const auto& w : warnings) spdlog::warn("plugin: CDI spec {}", w);
-  std::lock_guard<std::mutex> l(mu_);
   cdi_done_ = wanted;
   cdi_set_ = set;
+  cdi_nodes_ = std::move(nodes);
+  cdi_backoff_ = std::chrono::milliseconds{0};
+  cdi_check_at_ = Clock::now() + options_.cdi_node_check;
+}
+
+// Manager thread, no lock held: the spec of the current snapshot, when a
+// RewriteCdiSpec asked for it, the control nodes changed, or a write that
+// failed is due again.
+void PluginManager::MaintainCdi(const std::shared_ptr<const ResourceSet>& current) {
+  bool check_nodes = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!CdiOn()) return;
+    const bool due = Clock::now() >= cdi_check_at_;
+    if (cdi_backoff_.count() > 0 && !due) return;  // a failed write waits out its backoff
+    check_nodes = due && cdi_done_ == cdi_wanted_;
+  }
+  if (check_nodes) {
+    std::vector<std::string> nodes = ControlNodes(options_.allocate.dev_root);
+    std::lock_guard<std::mutex> l(mu_);
+    if (nodes != cdi_nodes_) {
+      std::string now;
+      for (const auto& n : nodes) now += (now.empty() ? "" : " ") + n;
+      spdlog::info("plugin: the driver's control nodes are now {}; rewriting the CDI spec",
+                   now.empty() ? "none" : now);
+      ++cdi_wanted_;
+    } else {
+      cdi_check_at_ = Clock::now() + options_.cdi_node_check;
+    }
+  }
+  {
+    // Like a snapshot being applied: one that arrives meanwhile waits for
+    // this write, so the spec never names devices older than those published.
+    std::lock_guard<std::mutex> l(mu_);
+    applying_ = true;
+  }
+  WriteCdiIfNeeded(current);
+  std::lock_guard<std::mutex> l(mu_);
+  applying_ = false;
 }
 
 Status PluginManager::WriteCdiSpecFile(const ResourceSet& set, std::vector<std::string>* warnings) {
@@ -506,11 +559,16 @@ void PluginManager::Run() {
       std::lock_guard<std::mutex> l(mu_);
       applying_ = false;
     } else if (current) {
-      WriteCdiIfNeeded(current);  // RewriteCdiSpec, or a write that failed before
+      MaintainCdi(current);
     }
     {
       std::lock_guard<std::mutex> l(mu_);
       const auto now = Clock::now();
+      if (CdiOn()) {
+        const auto ms = std::max<int64_t>(
+            std::chrono::ceil<std::chrono::milliseconds>(cdi_check_at_ - now).count(), 0);
+        timeout_ms = static_cast<int>(ms);
+      }
       for (const auto& [name, e] : entries_) {
         if (!e->retry_at) continue;
         // Rounded up: a wait rounded down to 0 would spin until the time came.

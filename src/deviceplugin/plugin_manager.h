@@ -73,6 +73,10 @@ struct ManagerOptions {
   // Wait between the end of a stream and registering again with the same
   // kubelet (see above). The kubelet handles an end within milliseconds.
   std::chrono::milliseconds stream_settle{1'000};
+  // How often the manager thread looks whether the driver's control nodes
+  // (/dev/nvidia-uvm appears with the first CUDA program) came or went, to
+  // rewrite the CDI spec, which lists those that exist. CDI strategies only.
+  std::chrono::milliseconds cdi_node_check{10'000};
 
   bool operator==(const ManagerOptions&) const = default;
 };
@@ -132,8 +136,10 @@ class PluginManager {
   void Wake();
   void Apply(const std::shared_ptr<const ResourceSet>& set);
   void PublishLocked(const std::shared_ptr<const ResourceSet>& set);
+  bool CdiOn() const;  // a CDI spec is written
   bool CdiNeededLocked(const ResourceSet& set) const;
   void WriteCdiIfNeeded(const std::shared_ptr<const ResourceSet>& set);
+  void MaintainCdi(const std::shared_ptr<const ResourceSet>& current);
   bool SameResources(const ResourceSet& set) const;
   void Serve(Entry& e);
   void TryRegister(Entry& e);
@@ -163,6 +169,11 @@ class PluginManager {
   uint64_t cdi_wanted_ = 1;                     // guarded by mu_
   uint64_t cdi_done_ = 0;                       // guarded by mu_
   std::shared_ptr<const ResourceSet> cdi_set_;  // guarded by mu_
+  std::vector<std::string> cdi_nodes_;          // guarded by mu_: the control nodes it listed
+  // Guarded by mu_: when the manager thread next looks at the control nodes,
+  // or retries a write that failed (cdi_backoff_ > 0).
+  std::chrono::steady_clock::time_point cdi_check_at_{};
+  std::chrono::milliseconds cdi_backoff_{0};
   // Resources no longer advertised: the kubelet they were registered with,
   // so one advertised again waits out the settle like a served-again one.
   std::map<std::string, std::optional<FileId>> retired_;    // guarded by mu_

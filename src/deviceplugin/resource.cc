@@ -165,13 +165,17 @@ Status ApplyTimeSlicing(const ResourceOptions& opts, std::vector<Resource>& out,
     if (ts.count > 0) {
       // The first N of the resource, whatever their indices (a MIG device's
       // is "0:1"; a GPU left out of discovery leaves a gap).
-      if (static_cast<size_t>(ts.count) > it->devices.size()) {
-        return InvalidArgument("time-slicing of " + ts.name +
-                               ": devices: " + std::to_string(ts.count) + ", but this node has " +
-                               std::to_string(it->devices.size()) + " device(s) of that resource");
+      // Fewer than asked (a GPU lost at discovery): all of them, and a
+      // warning, rather than an agent that stops with the others.
+      size_t n = static_cast<size_t>(ts.count);
+      if (n > it->devices.size()) {
+        warnings.push_back("time-slicing of " + ts.name + ": devices: " + std::to_string(ts.count) +
+                           ", but this node has " + std::to_string(it->devices.size()) +
+                           " device(s) of that resource; sharing those");
+        n = it->devices.size();
       }
-      shared.assign(it->devices.begin(), it->devices.begin() + ts.count);
-      kept.assign(it->devices.begin() + ts.count, it->devices.end());
+      shared.assign(it->devices.begin(), it->devices.begin() + static_cast<std::ptrdiff_t>(n));
+      kept.assign(it->devices.begin() + static_cast<std::ptrdiff_t>(n), it->devices.end());
     } else {
       for (const auto& d : it->devices) (Selected(d, ts.devices) ? shared : kept).push_back(d);
     }
@@ -190,7 +194,8 @@ Status ApplyTimeSlicing(const ResourceOptions& opts, std::vector<Resource>& out,
       // Its replicas would join devices of another kind (a MIG slice among
       // whole GPUs), and its sharing settings overwrite theirs.
       return InvalidArgument("time-slicing of " + ts.name + " advertises its replicas as " + name +
-                             ", which this node already advertises; choose another rename");
+                             ", which this node already advertises (or another time-slicing entry "
+                             "uses); choose another rename");
     }
     std::vector<Device> replicas;
     for (const auto& d : shared) {

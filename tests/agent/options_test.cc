@@ -41,7 +41,8 @@ TEST(ResourceOptionsTest, ACountSharesTheFirstDevicesOfAMigResource) {
     }
   }
 
-  // More than the node has: a clear error, not a guess.
+  // More than the node has (a device lost at discovery): those it has, with
+  // a warning.
   cfg = config::ParseConfig(
       "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n    resources:\n"
       "    - name: nvidia.com/mig-1g.10gb\n      devices: 99\n      replicas: 3\n",
@@ -50,8 +51,15 @@ TEST(ResourceOptionsTest, ACountSharesTheFirstDevicesOfAMigResource) {
   ro = ResourceOptionsFrom(*cfg);
   ASSERT_TRUE(ro.ok());
   set = deviceplugin::BuildResources(*inv, *ro);
-  ASSERT_FALSE(set.ok());
-  EXPECT_THAT(set.status().message(), HasSubstr("devices: 99"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  // All shared, so under the resource's own name.
+  EXPECT_EQ((*set)->Find("nvidia.com/mig-1g.10gb.shared"), nullptr);
+  ASSERT_NE((*set)->Find("nvidia.com/mig-1g.10gb"), nullptr);
+  EXPECT_EQ((*set)->Find("nvidia.com/mig-1g.10gb")->replicas, 3);
+  bool warned = false;
+  for (const auto& w : (*set)->warnings)
+    warned = warned || w.find("devices: 99") != std::string::npos;
+  EXPECT_TRUE(warned);
 }
 
 }  // namespace

@@ -827,10 +827,20 @@ class GatedCdiManager : public PluginManager {
     gated_ = false;
     gate_cv_.notify_all();
   }
+  // The next `n` writes fail (a full or read-only CDI directory).
+  void FailNext(int n) {
+    std::lock_guard l(gate_mu_);
+    failing_ = n;
+  }
   // Waits until `n` writes have begun (held at the gate while it is closed).
   bool WaitForWritesBegun(int n, std::chrono::milliseconds timeout) {
     std::unique_lock l(gate_mu_);
     return gate_cv_.wait_for(l, timeout, [&] { return begun_ >= n; });
+  }
+  // Waits until `n` writes have written the file.
+  bool WaitForWritesDone(int n, std::chrono::milliseconds timeout) {
+    std::unique_lock l(gate_mu_);
+    return gate_cv_.wait_for(l, timeout, [&] { return done_ >= n; });
   }
 
  protected:
@@ -840,25 +850,34 @@ class GatedCdiManager : public PluginManager {
       ++begun_;
       gate_cv_.notify_all();
       gate_cv_.wait(l, [&] { return !gated_; });
+      if (failing_ > 0) {
+        --failing_;
+        return Unavailable("cannot write the spec (test)");
+      }
     }
-    return PluginManager::WriteCdiSpecFile(set, warnings);
+    Status st = PluginManager::WriteCdiSpecFile(set, warnings);
+    std::lock_guard l(gate_mu_);
+    if (st.ok()) ++done_;
+    gate_cv_.notify_all();
+    return st;
   }
 
  private:
   std::mutex gate_mu_;
   std::condition_variable gate_cv_;
   bool gated_ = false;
+  int failing_ = 0;
   int begun_ = 0;
+  int done_ = 0;
 };
 
 // The 8-GPU node served by a GatedCdiManager with the cdi-cri strategy,
 // registered with the kubelet.
 class GatedCdiTest : public PluginTest {
  protected:
-  void StartGated(GatedCdiManager** gated) {
+  void StartGated(GatedCdiManager** gated, ManagerOptions opts = {}) {
     LoadNode("a100-8x-nvswitch");
     StartKubelet();
-    ManagerOptions opts;
     opts.plugin_dir = dir_;
     opts.cdi_root = dir_ + "/cdi";
     opts.allocate.device_list_strategies = {DeviceListStrategy::kCdiCri};
@@ -936,12 +955,84 @@ TEST_F(GatedCdiTest, RewriteCdiSpecWritesOnTheManagerThreadAndReturnsAtOnce) {
   // files may have changed after the first write looked).
   manager_->RewriteCdiSpec();
   gated->Release();
-  EXPECT_TRUE(gated->WaitForWritesBegun(3, 5s));
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       Inode(spec_path) == first && std::chrono::steady_clock::now() < deadline;) {
-    std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(gated->WaitForWritesDone(3, 5s));
+}
+
+// A snapshot that arrives while the manager thread applies an earlier one
+// (its spec being written) waits for it: applied on the caller's thread, it
+// would be overwritten by the older one a moment later.
+TEST_F(GatedCdiTest, AnEarlierSnapshotNeverOverwritesALaterOne) {
+  GatedCdiManager* gated = nullptr;
+  ASSERT_NO_FATAL_FAILURE(StartGated(&gated));
+  ASSERT_TRUE(WaitAllHealthy(kGpu, 8));
+  gated->Gate();
+  ResourceOptions ropts;
+  ropts.time_slicing.push_back({"nvidia.com/gpu", "", 2, {}});
+  auto shared = BuildResources(inventory_, ropts);
+  ASSERT_TRUE(shared.ok());
+  manager_->Update(*shared);  // new devices: its spec write is held
+  ASSERT_TRUE(gated->WaitForWritesBegun(2, 5s));
+  // Then a health change of the devices the spec names now, the newest.
+  const std::string sick = inventory_.gpus[2].uuid;
+  manager_->Update(WithHealth(*set_, {{sick, "XID 79"}}));
+  gated->Release();
+  // The later one is applied after the earlier, its spec written again
+  // (a third write; applied at once, it would need none and be overwritten).
+  ASSERT_TRUE(gated->WaitForWritesDone(3, 5s))
+      << "the later snapshot was not applied after the earlier one";
+  // The kubelet ends with it (the servers coalesce lists: only the end counts).
+  EXPECT_TRUE(kubelet_->WaitForDevices(
+      kGpu,
+      [&](const std::vector<v1beta1::Device>& devs) {
+        if (devs.size() != 8) return false;
+        for (const auto& d : devs) {
+          if ((d.health() == "Unhealthy") != (d.id() == sick)) return false;
+        }
+        return true;
+      },
+      5s))
+      << "the kubelet was left with " << kubelet_->Devices(kGpu).size() << " devices";
+}
+
+// A write that failed is tried again after a backoff, with nothing else
+// happening on the node.
+TEST_F(GatedCdiTest, AFailedWriteIsRetriedOnItsOwn) {
+  GatedCdiManager* gated = nullptr;
+  ASSERT_NO_FATAL_FAILURE(StartGated(&gated));
+  gated->FailNext(2);
+  manager_->RewriteCdiSpec();
+  ASSERT_TRUE(gated->WaitForWritesBegun(3, 5s));  // the request, then the first retry (1 s)
+  EXPECT_TRUE(gated->WaitForWritesDone(2, 10s));  // the second retry (2 s later) writes
+}
+
+// The spec lists the control nodes that exist when it is written: one made
+// later (/dev/nvidia-uvm, by the first CUDA program) gets the spec rewritten.
+TEST_F(GatedCdiTest, AControlNodeThatAppearsGetsTheSpecRewritten) {
+  if (std::filesystem::exists("/dev/nvidia-uvm")) {
+    GTEST_SKIP() << "this machine has /dev/nvidia-uvm: the spec lists it from the start";
   }
-  EXPECT_NE(Inode(spec_path), first);
+  const std::string dev_root = dir_ + "/driver";
+  std::filesystem::create_directories(dev_root + "/dev");
+  std::ofstream(dev_root + "/dev/nvidiactl") << "";
+  ManagerOptions opts;
+  opts.allocate.dev_root = dev_root;
+  opts.cdi_node_check = 100ms;
+  GatedCdiManager* gated = nullptr;
+  ASSERT_NO_FATAL_FAILURE(StartGated(&gated, opts));
+  auto listed = [&] {
+    std::ifstream in(GatedSpecPath());
+    const auto spec = nlohmann::json::parse(in, nullptr, false);
+    std::set<std::string> nodes;
+    if (spec.is_discarded()) return nodes;
+    for (const auto& n : spec["containerEdits"]["deviceNodes"])
+      nodes.insert(n["path"].get<std::string>());
+    return nodes;
+  };
+  EXPECT_EQ(listed().count("/dev/nvidia-uvm"), 0u);
+  std::ofstream(dev_root + "/dev/nvidia-uvm") << "";
+  ASSERT_TRUE(gated->WaitForWritesDone(2, 5s)) << "the spec was not rewritten for /dev/nvidia-uvm";
+  EXPECT_EQ(listed().count("/dev/nvidia-uvm"), 1u);
+  EXPECT_EQ(listed().count("/dev/nvidiactl"), 1u);
 }
 
 }  // namespace

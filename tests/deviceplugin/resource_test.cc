@@ -241,10 +241,15 @@ TEST(ResourceTest, TimeSlicingACountTakesTheFirstDevicesOfTheResource) {
   EXPECT_THAT(Ids(*(*set)->Find("nvidia.com/gpu")),
               ElementsAre("GPU-0::0", "GPU-0::1", "GPU-2::0", "GPU-2::1"));
 
+  // More than there are (a GPU lost at discovery): all, with a warning; the
+  // agent keeps serving the others.
   gap.time_slicing[0].count = 3;
   set = BuildResources(Node({MakeGpu(0), MakeGpu(2)}), gap);
-  ASSERT_FALSE(set.ok());
-  EXPECT_THAT(set.status().message(), HasSubstr("devices: 3, but this node has 2 device(s)"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_THAT(Ids(*(*set)->Find("nvidia.com/gpu")),
+              ElementsAre("GPU-0::0", "GPU-0::1", "GPU-2::0", "GPU-2::1"));
+  ASSERT_THAT((*set)->warnings, SizeIs(1));
+  EXPECT_THAT((*set)->warnings[0], HasSubstr("devices: 3, but this node has 2 device(s)"));
 }
 
 // Replicas renamed onto a resource the node already advertises would mix
@@ -261,6 +266,11 @@ TEST(ResourceTest, TimeSlicingRenameOntoAnAdvertisedResourceIsAnError) {
               HasSubstr("as nvidia.com/gpu, which this node already advertises"));
   o.time_slicing[0].rename = "nvidia.com/gpu-slice";
   EXPECT_TRUE(BuildResources(Node({g0, MakeGpu(1)}), o).ok());
+  // Nor may two entries put their replicas under one name.
+  o.time_slicing.push_back({"nvidia.com/gpu", "nvidia.com/gpu-slice", 2, {}});
+  set = BuildResources(Node({g0, MakeGpu(1)}), o);
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.status().message(), HasSubstr("another time-slicing entry"));
 }
 
 TEST(ResourceTest, HealthPropagatesToEveryReplicaAndMigDevice) {

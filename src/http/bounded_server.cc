@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -52,24 +54,45 @@ void AddressOf(const sockaddr_storage& addr, std::string& ip, int& port) {
 class BoundedStream final : public httplib::Stream {
  public:
   BoundedStream(int sock, int read_timeout_ms, int write_timeout_ms, size_t max_header_bytes,
-                size_t max_body_bytes)
+                size_t max_body_bytes, std::chrono::milliseconds header_deadline)
       : sock_(sock),
         read_timeout_ms_(read_timeout_ms),
         write_timeout_ms_(write_timeout_ms),
         max_header_bytes_(max_header_bytes),
-        max_body_bytes_(max_body_bytes) {}
+        max_body_bytes_(max_body_bytes),
+        header_deadline_(header_deadline) {}
 
-  // A new request starts: its request line and headers come next.
+  // A new request starts: its request line and headers come next, within
+  // the header deadline.
   void BeginRequest() {
     in_headers_ = true;
     header_bytes_ = body_bytes_ = 0;
     line_length_ = 0;
     last_was_cr_ = false;
+    headers_due_ = std::chrono::steady_clock::now() + header_deadline_;
+    status_.clear();
   }
   bool buffered() const { return off_ < len_; }
   bool over_limit() const { return over_limit_; }
+  // The status code of the response written to this request; 0 if none yet.
+  int status() const {
+    return status_.size() >= 12 && std::isdigit(static_cast<unsigned char>(status_[9]))
+               ? std::atoi(&status_[9])
+               : 0;
+  }
 
-  bool is_readable() const override { return buffered() || PollOne(sock_, POLLIN, read_timeout_ms_) > 0; }
+  bool is_readable() const override {
+    if (buffered()) return true;
+    int timeout = read_timeout_ms_;
+    if (in_headers_) {
+      // A client that sends its headers a line at a time, each inside the
+      // read timeout, still has to finish them by the deadline (slowloris).
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+          headers_due_ - std::chrono::steady_clock::now());
+      timeout = static_cast<int>(std::clamp<int64_t>(left.count(), 0, timeout));
+    }
+    return PollOne(sock_, POLLIN, timeout) > 0;
+  }
   bool is_writable() const override { return PollOne(sock_, POLLOUT, write_timeout_ms_) > 0; }
 
   ssize_t read(char* ptr, size_t size) override {
@@ -104,6 +127,8 @@ class BoundedStream final : public httplib::Stream {
   ssize_t write(const char* ptr, size_t size) override {
     // Past a limit the answer was sent already, or none is due.
     if (over_limit_ || !is_writable()) return -1;
+    // "HTTP/1.1 400": the status line's start, for the connection's fate.
+    if (status_.size() < 12) status_.append(ptr, std::min(size, 12 - status_.size()));
     ssize_t n = 0;
     do {
       n = ::send(sock_, ptr, size, MSG_NOSIGNAL);
@@ -168,7 +193,19 @@ class BoundedStream final : public httplib::Stream {
   size_t header_bytes_ = 0;
   size_t body_bytes_ = 0;
   bool over_limit_ = false;
+  const std::chrono::milliseconds header_deadline_;
+  std::chrono::steady_clock::time_point headers_due_{};
+  std::string status_;  // the first bytes of the response, up to its status code
 };
+
+// Statuses httplib answers when it could not read a request as sent (a bad
+// request line or header, a URI or body too long, a body that stopped
+// coming): what is left on the connection is not a request boundary, and
+// must not be parsed as the next request.
+bool FramingLost(int status) {
+  return status == 400 || status == 408 || status == 411 || status == 413 || status == 414 ||
+         status == 431;
+}
 
 // Closes a connection whose client may still be sending a body that was
 // refused unread. Closing at once with unread data makes the kernel reset the
@@ -230,7 +267,9 @@ std::optional<BodyRefusal> RefuseBody(const httplib::Request& req, size_t max_bo
   return std::nullopt;
 }
 
-BoundedServer::BoundedServer(size_t max_header_bytes) : max_header_bytes_(max_header_bytes) {
+BoundedServer::BoundedServer(size_t max_header_bytes, std::chrono::milliseconds header_deadline)
+    : max_header_bytes_(max_header_bytes), header_deadline_(header_deadline) {
+  set_pre_routing_handler(nullptr);
   set_socket_options([](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
@@ -260,6 +299,20 @@ int BindEveryAddress(httplib::Server& s, const std::string& host, int port) {
 
 void BoundedServer::CloseAfterResponse() { t_close_after_response = true; }
 
+BoundedServer& BoundedServer::set_pre_routing_handler(HandlerWithResponse handler) {
+  httplib::Server::set_pre_routing_handler(
+      [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+        // httplib 0.11 answers a Range of any number of parts, each built in
+        // memory from the whole response: 20,000 ranges of one image asked for
+        // 20 GB. Range is ignored, as RFC 9110 allows (the whole response,
+        // 200). The request is httplib's own, not const: only its parsed
+        // ranges are cleared.
+        const_cast<httplib::Request&>(req).ranges.clear();
+        return handler ? handler(req, res) : httplib::Server::HandlerResponse::Unhandled;
+      });
+  return *this;
+}
+
 bool BoundedServer::NextRequestArrives(socket_t sock) const {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
@@ -279,7 +332,8 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   const size_t max_body = payload_max_length_ > SIZE_MAX - max_header_bytes_ ? SIZE_MAX
                                                                              : payload_max_length_ + max_header_bytes_;
   BoundedStream strm(sock, TimeoutMs(read_timeout_sec_, read_timeout_usec_),
-                     TimeoutMs(write_timeout_sec_, write_timeout_usec_), max_header_bytes_, max_body);
+                     TimeoutMs(write_timeout_sec_, write_timeout_usec_), max_header_bytes_,
+                     max_body, header_deadline_);
   bool ok = false;
   for (size_t left = keep_alive_max_count_; left > 0; --left) {
     if (!strm.buffered() && !NextRequestArrives(sock)) break;
@@ -289,7 +343,7 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
     ok = process_request(strm, left == 1, connection_closed, nullptr);
     const bool close = t_close_after_response;
     t_close_after_response = false;
-    if (close || strm.over_limit()) {
+    if (close || strm.over_limit() || FramingLost(strm.status())) {
       LingeringClose(sock);
       return ok;
     }

@@ -17,14 +17,23 @@
 //     CloseAfterResponse(): the connection is then closed after the answer,
 //     instead of the unread body being parsed as the next request (httplib
 //     0.11 keeps the connection open whatever the response's Connection
-//     header says).
+//     header says); so is one answered 400, 408, 411, 413, 414 or 431, which
+//     httplib sends when it could not read the request as framed (leftover
+//     bytes would otherwise run as requests of their own);
+//   * the request line and headers must arrive within a deadline (10 s), not
+//     only each read within the read timeout: a client trickling a header
+//     line every few seconds no longer holds a server thread indefinitely;
+//   * Range headers are ignored (the whole response, 200): httplib 0.11 would
+//     build any number of ranges of a response in memory.
 // It also binds its port alone: httplib's default sets SO_REUSEPORT as well,
 // with which a second server on the same port starts without error and takes
-// half the connections. An IPv6 socket it binds takes IPv4 too. Keep-alive, timeouts and stop() behave as in httplib.
+// half the connections. An IPv6 socket it binds takes IPv4 too. Keep-alive, timeouts and stop()
+// behave as in httplib.
 #pragma once
 
 #include <httplib.h>
 
+#include <chrono>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -51,10 +60,19 @@ int BindEveryAddress(httplib::Server& s, const std::string& host, int port);
 
 class BoundedServer : public httplib::Server {
  public:
-  explicit BoundedServer(size_t max_header_bytes = 64 * 1024);
+  // `header_deadline`: a request's line and headers must all arrive within
+  // it from the request's first read (each read also within the read
+  // timeout), or the connection is closed.
+  explicit BoundedServer(size_t max_header_bytes = 64 * 1024,
+                         std::chrono::milliseconds header_deadline = std::chrono::seconds(10));
 
   // On a handler's thread: close this connection once the response is sent.
   static void CloseAfterResponse();
+
+  // Hides httplib's: `handler` (may be empty) runs after the request's Range
+  // is dropped (see the .cc). Set it through a BoundedServer, not a base
+  // reference, or the Range guard is lost.
+  BoundedServer& set_pre_routing_handler(HandlerWithResponse handler);
 
   size_t max_header_bytes() const { return max_header_bytes_; }
 
@@ -65,6 +83,7 @@ class BoundedServer : public httplib::Server {
   bool NextRequestArrives(socket_t sock) const;
 
   const size_t max_header_bytes_;
+  const std::chrono::milliseconds header_deadline_;
 };
 
 }  // namespace danqing::http

@@ -34,8 +34,8 @@
 #include "metrics/collector.h"
 #include "metrics/registry.h"
 
-namespace httplib {
-class Server;
+namespace danqing::http {
+class BoundedServer;
 }
 
 namespace danqing::metrics {
@@ -87,7 +87,7 @@ class Exporter {
   Collector collector_;
   Family<Counter>* scrapes_ = nullptr;
   int port_ = 0;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<http::BoundedServer> server_;
   std::thread http_thread_;
   std::atomic<bool> http_done_{false};
   std::thread collect_thread_;

@@ -175,7 +175,7 @@ Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics
   queue_ = std::make_unique<RenderQueue>(workers, capacity, metrics_);
   id_salt_ = std::random_device{}();
   id_salt_ = (id_salt_ << 32) ^ std::random_device{}();
-  http_ = std::make_unique<http::BoundedServer>();
+  http_ = std::make_unique<http::BoundedServer>(64 * 1024, options_.header_deadline);
   Routes();
 }
 
@@ -420,7 +420,7 @@ void Server::Routes() {
 }
 
 // Caller: Routes, and Start for the probe listener.
-void Server::ProbeRoutes(httplib::Server& s) {
+void Server::ProbeRoutes(http::BoundedServer& s) {
   s.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
     // A lost CUDA context comes back only in a new process: fail liveness so
     // the kubelet restarts the container (renders meanwhile run on the CPU).
@@ -470,10 +470,16 @@ Status Server::Start() {
   if (!port.ok()) return port.status();
   port_ = *port;
   if (options_.probe_port >= 0) {
-    probe_http_ = std::make_unique<http::BoundedServer>(16 * 1024);
-    probe_http_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+    // A probe is one small request on a new connection, sent at once: 2 s
+    // for its headers and 1 s of keep-alive, so connections that send
+    // nothing, or trickle, free the few threads quickly.
+    probe_http_ = std::make_unique<http::BoundedServer>(
+        16 * 1024,
+        std::min<std::chrono::milliseconds>(options_.header_deadline, std::chrono::seconds(2)));
+    probe_http_->new_task_queue = [] { return new httplib::ThreadPool(8); };
     probe_http_->set_read_timeout(std::chrono::seconds(5));
     probe_http_->set_write_timeout(std::chrono::seconds(5));
+    probe_http_->set_keep_alive_timeout(1);
     probe_http_->set_payload_max_length(0);
     probe_http_->set_error_handler(httplib::Server::HandlerWithResponse(ErrorBody));
     // The probes take no body: any is refused unread.

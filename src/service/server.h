@@ -38,8 +38,8 @@
 #include "service/pipeline.h"
 #include "service/render_queue.h"
 
-namespace httplib {
-class Server;
+namespace danqing::http {
+class BoundedServer;
 }
 
 namespace danqing::service {
@@ -52,6 +52,10 @@ struct ServerOptions {
   std::chrono::milliseconds deadline{20000};  // per inscription request
   int http_threads = 64;                  // connections served at once (keep-alive holds one each)
   std::chrono::seconds read_timeout{10};  // slow clients: per read
+  // A request's line and headers must all arrive within this, however the
+  // reads are spaced (a client trickling a header line every few seconds
+  // would otherwise hold a thread for good).
+  std::chrono::milliseconds header_deadline{10'000};
   std::chrono::seconds write_timeout{10};
   std::chrono::seconds keep_alive_timeout{5};
   size_t result_cache_entries = 64;  // recent inscriptions kept for GET by id
@@ -90,7 +94,7 @@ class Server {
     std::string content_type;
   };
   void Routes();
-  void ProbeRoutes(httplib::Server& s);
+  void ProbeRoutes(http::BoundedServer& s);
   void Store(const std::string& id, std::shared_ptr<const Stored> stored);
   std::shared_ptr<const Stored> Find(const std::string& id) const;
   std::string NewId();
@@ -99,10 +103,10 @@ class Server {
   const Pipeline* const pipeline_;
   Metrics* const metrics_;
   std::unique_ptr<RenderQueue> queue_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<http::BoundedServer> http_;
   std::thread listener_;
   int port_ = 0;
-  std::unique_ptr<httplib::Server> probe_http_;
+  std::unique_ptr<http::BoundedServer> probe_http_;
   std::thread probe_listener_;
   int probe_port_ = -1;
   std::atomic<bool> draining_{false};

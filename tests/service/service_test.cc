@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -552,6 +553,89 @@ TEST(ServiceProbeTest, ProbePortRefusesBodies) {
   EXPECT_THAT(post_body, ::testing::StartsWith("HTTP/1.1 413")) << post_body.substr(0, 200);
   httplib::Client probes("127.0.0.1", port);
   auto ok = probes.Get("/healthz");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+// A request httplib could not read as framed is answered 400 and its
+// connection closed: what follows is not taken for requests of their own (a
+// proxy reusing the connection would hand their answers to other clients).
+TEST_F(ServiceTest, AMalformedRequestClosesItsConnection) {
+  const int port = service_->server().port();
+  const std::string bad_line =
+      RawExchange(port,
+                  "FOO / HTTP/1.1\r\nContent-Length: 45\r\n\r\nGET /metrics HTTP/1.1\r\nHost: "
+                  "x\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(bad_line, ::testing::StartsWith("HTTP/1.1 400")) << bad_line.substr(0, 300);
+  EXPECT_EQ(Responses(bad_line), 1u) << bad_line;
+  const std::string long_uri =
+      RawExchange(port, "GET /" + std::string(9000, 'a') +
+                            " HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(long_uri, ::testing::StartsWith("HTTP/1.1 414")) << long_uri.substr(0, 300);
+  EXPECT_EQ(Responses(long_uri), 1u) << long_uri;
+  // A well-formed request keeps its connection: two answers on one.
+  const std::string two = RawExchange(port,
+                                      "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz "
+                                      "HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(Responses(two), 2u) << two;
+}
+
+// httplib 0.11 answers a Range of any number of parts, building each in
+// memory: 20,000 ranges of one image would take 20 GB. Range is ignored.
+TEST_F(ServiceTest, RangesAreIgnored) {
+  auto c = service_->Client();
+  auto whole = c.Get("/");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200);
+  std::string ranges = "bytes=0-";
+  for (int i = 0; i < 200; ++i) ranges += ",0-";
+  for (const std::string& range : {ranges, std::string("bytes=0-9")}) {
+    auto got = c.Get("/", httplib::Headers{{"Range", range}});
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->status, 200) << range.substr(0, 20);
+    EXPECT_EQ(got->body.size(), whole->body.size()) << range.substr(0, 20);
+  }
+}
+
+// Headers sent a line at a time, each within the read timeout, must still
+// all arrive within the header deadline, or the connection is closed.
+TEST(ServiceSlowHeadersTest, HeadersTrickledPastTheDeadlineAreCutOff) {
+  auto r = CreateInscriptionRenderer({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ServerOptions o = SmallOptions();
+  o.read_timeout = std::chrono::seconds(2);
+  o.header_deadline = std::chrono::milliseconds(1000);
+  Service svc(r->get(), o);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(svc.server().port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string first = "GET /healthz HTTP/1.1\r\n";
+  ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(first.size()));
+  // A header line every 300 ms (inside the 2 s read timeout) for up to 6 s.
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 20 && !closed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const std::string line = "X-Slow-" + std::to_string(i) + ": 1\r\n";
+    closed = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL) < 0;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) {
+      char buf[256];
+      closed = closed || ::recv(fd, buf, sizeof buf, MSG_DONTWAIT) >= 0;  // an answer or the close
+    }
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  ::close(fd);
+  EXPECT_TRUE(closed) << "the server kept reading headers for 6 s";
+  EXPECT_LT(took, std::chrono::seconds(6));
+  // Others are served.
+  httplib::Client c("127.0.0.1", svc.server().port());
+  auto ok = c.Get("/healthz");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
 }

@@ -22,7 +22,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // A command's own failure keeps its code; a bad command line is 2, as for
+    // the agent (CLI11 would use 105 and others for a value out of range).
+    const int rc = app.exit(e);
+    if (rc == 0 || dynamic_cast<const CLI::RuntimeError*>(&e) != nullptr) return rc;
+    return 2;
   }
   return 0;
 }

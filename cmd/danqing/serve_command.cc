@@ -139,10 +139,16 @@ void RegisterServeCommand(CLI::App& app) {
                   "Also serve /healthz /readyz /metrics here, on threads of their own (-1: off)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 65535));
-  cmd->add_option("--workers", flags->workers, "Render workers (0: one per CPU the process may use: cores, affinity, cgroup CPU limit)")
-      ->capture_default_str();
+  // Bounded: a negative value would wrap to a huge count (threads that cannot
+  // be started; a queue with no limit).
+  cmd->add_option(
+         "--workers", flags->workers,
+         "Render workers (0: one per CPU the process may use: cores, affinity, cgroup CPU limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{1024}));
   cmd->add_option("--queue", flags->queue, "Renders that may wait (0: 2 x workers)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{100000}));
   cmd->add_option("--deadline-ms", flags->deadline_ms, "Per-request deadline")
       ->capture_default_str()
       ->check(CLI::Range(100, 600000));

@@ -110,7 +110,8 @@ Status Pipeline::Validate(const InscribeOptions& o) const {
     return InvalidArgument("background must be landscape, paper or photo");
   }
   if (!kFormats.count(o.format)) return InvalidArgument("format must be png or jpeg");
-  for (const auto* field : {&o.text, &o.title, &o.signature}) {
+  for (const auto& [name, field] : {std::pair{"text", &o.text}, std::pair{"title", &o.title},
+                                    std::pair{"signature", &o.signature}}) {
     auto cps = DecodeUtf8(*field);
     if (!cps.ok()) return cps.status();
     size_t written = 0;
@@ -121,8 +122,14 @@ Status Pipeline::Validate(const InscribeOptions& o) const {
       if (!renderer_->CanRender(c) && missing.find(c) == std::u32string::npos) missing.push_back(c);
     }
     if (written > limits_.max_text_chars) {
-      return InvalidArgument("text is longer than " + std::to_string(limits_.max_text_chars) +
-                             " characters");
+      return InvalidArgument(std::string(name) + " is longer than " +
+                             std::to_string(limits_.max_text_chars) + " characters");
+    }
+    // Given, but nothing to brush (only spaces and punctuation): a blank
+    // inscription would look like a fault.
+    if (!cps->empty() && written == 0) {
+      return InvalidArgument(std::string(name) +
+                             " has no character to write, only spaces and punctuation");
     }
     if (!missing.empty()) {
       std::string list;

@@ -74,6 +74,13 @@ TEST(RenderCliTest, BackendFlag) {
   std::tie(rc, text) = RunCliOutput("", "serve --port 0 --backend tpu");
   EXPECT_EQ(rc, 2) << text;
   EXPECT_NE(text.find("--backend must be auto, cpu or gpu"), std::string::npos) << text;
+  // Counts out of range: refused, not wrapped to huge unsigned numbers.
+  for (const char* bad : {"--workers -1", "--workers 100000", "--queue -3"}) {
+    std::tie(rc, text) = RunCliOutput("", std::string("serve --port 0 ") + bad);
+    EXPECT_EQ(rc, 2) << bad << ": " << text;
+    EXPECT_NE(text.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos)
+        << text;
+  }
 }
 
 std::string ReadBytes(const std::string& path) {

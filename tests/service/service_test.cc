@@ -347,6 +347,7 @@ TEST_F(ServiceTest, BadOptionsAreNamed) {
   ExpectError(PostRaw(jpeg, "&width=abc"), 400, "width");
   ExpectError(PostRaw(jpeg, "&text=%F0%9F%98%80"), 400, "cannot be written");  // an emoji
   ExpectError(PostRaw(jpeg, "&text=%E6%98%8E%FF"), 400, "UTF-8");
+  ExpectError(PostRaw(jpeg, "&text=%E3%80%82%E3%80%82"), 400, "no character to write");  // 。。
 }
 
 // Sends `bytes` on a new connection to `port` and returns what comes back

@@ -328,6 +328,13 @@ Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
   Image img;
   img.width = info.width;
   img.height = info.height;
+  // A progressive (or multi-scan) JPEG is held whole as DCT coefficients,
+  // 2 bytes a sample of every component, before a pixel comes out: a 40 Mpx
+  // progressive CMYK one took 320 MB beside its pixels. The coefficients may
+  // take what 4.6 bytes a pixel of the limit make (~7.6 with the output, as
+  // a PNG's decode); libjpeg, here without a backing store, refuses beyond.
+  ctx.cinfo.mem->max_memory_to_use =
+      static_cast<long>(std::min<uint64_t>(limits.max_pixels * 46 / 10, uint64_t{1} << 40));
   PixelBuffer cmyk;  // every byte written by the JPEG reader
   if (info.cmyk) {
     cmyk.resize(w * hh * 4);
@@ -335,6 +342,12 @@ Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
     img.rgb.resize(w * hh * 3);
   }
   if (!JpegReadPixels(&ctx, info.cmyk ? cmyk.data() : img.rgb.data(), components)) {
+    if (ctx.cinfo.err->msg_code == JERR_NO_BACKING_STORE) {
+      return ResourceExhausted(
+          "progressive JPEG of " + Dims(info.width, info.height) +
+          " needs more memory to decode than this service allows a photo of its size "
+          "(send it as a baseline JPEG, or smaller)");
+    }
     return InvalidArgument(std::string("corrupt or truncated JPEG: ") + ctx.err.message);
   }
   if (info.cmyk) {

@@ -201,7 +201,7 @@ Bytes WithApp1(const Bytes& jpeg, const Bytes& payload) {
 
 // A JPEG with 1 (grey) or 4 (Adobe CMYK, stored inverted as Photoshop does)
 // components, written with libjpeg directly.
-Bytes RawJpeg(int w, int h, int components, const Bytes& pixels) {
+Bytes RawJpeg(int w, int h, int components, const Bytes& pixels, bool progressive = false) {
   jpeg_compress_struct c;
   jpeg_error_mgr err;
   c.err = jpeg_std_error(&err);
@@ -215,6 +215,7 @@ Bytes RawJpeg(int w, int h, int components, const Bytes& pixels) {
   c.in_color_space = components == 1 ? JCS_GRAYSCALE : JCS_CMYK;
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, 95, TRUE);
+  if (progressive) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
     JSAMPROW row = const_cast<uint8_t*>(pixels.data()) +
@@ -410,6 +411,28 @@ TEST(JpegConvert, AdobeCmyk) {
   Result<Header> h = ReadHeader(jpeg);
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(h->width, 16);
+}
+
+// A progressive JPEG is decoded from all its coefficients held at once (8
+// bytes a pixel for CMYK): more than 4.6 bytes a pixel of the pixel limit is
+// refused as too large, not allocated. Baseline ones stream and always fit.
+TEST(JpegLimits, ProgressiveCoefficientsAreBoundedByThePixelLimit) {
+  Bytes px;
+  for (int i = 0; i < 256 * 256; ++i) px.insert(px.end(), {uint8_t(i), uint8_t(i >> 8), 40, 200});
+  const Bytes progressive = RawJpeg(256, 256, 4, px, true);
+  const Bytes baseline = RawJpeg(256, 256, 4, px, false);
+  Limits tight;
+  tight.max_pixels = 256 * 256;  // 4.6 B/px: 301 KB for 512 KB of coefficients
+  Result<Image> refused = Decode(progressive, tight);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  EXPECT_THAT(refused.status().message(), HasSubstr("baseline"));
+  EXPECT_TRUE(Decode(baseline, tight).ok());
+  Limits roomy;
+  roomy.max_pixels = 256 * 256 * 4;
+  Result<Image> fits = Decode(progressive, roomy);
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  EXPECT_EQ(fits->width, 256);
 }
 
 // ------------------------------------------------------------ EXIF orientation

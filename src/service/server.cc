@@ -224,7 +224,10 @@ void Server::Routes() {
   s.set_pre_routing_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
     t_request_start = Clock::now();
     if (auto refusal = http::RefuseBody(req, max_body)) {
-      metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
+      // Counted as an inscription refused only on the inscriptions route.
+      if (req.path.starts_with("/v1/inscriptions")) {
+        metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
+      }
       Refuse(res, refusal->code, refusal->message);
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -233,7 +236,9 @@ void Server::Routes() {
   // A client that asks first (Expect: 100-continue) is told before it sends.
   s.set_expect_100_continue_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
     if (auto refusal = http::RefuseBody(req, max_body)) {
-      metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
+      if (req.path.starts_with("/v1/inscriptions")) {
+        metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
+      }
       Refuse(res, refusal->code, refusal->message);
       return refusal->code;
     }
@@ -313,8 +318,10 @@ void Server::Routes() {
     InscribeOptions o;
     auto w = IntOption(req, "width", o.width);
     auto h = IntOption(req, "height", o.height);
-    if (!w.ok()) return Error(res, 400, w.status().message());
-    if (!h.ok()) return Error(res, 400, h.status().message());
+    if (!w.ok() || !h.ok()) {
+      metrics_->rejected.Add("reason=\"bad_options\"");
+      return Error(res, 400, (w.ok() ? h.status() : w.status()).message());
+    }
     o.width = *w;
     o.height = *h;
     o.style = Option(req, "style", o.style);
@@ -332,7 +339,9 @@ void Server::Routes() {
     if (!header.ok()) {
       const bool not_image = header.status().code() == StatusCode::kInvalidArgument &&
                              image::Sniff(bytes) == image::Format::kUnknown && !bytes.empty();
-      metrics_->rejected.Add("reason=\"bad_image\"");
+      const bool too_large = header.status().code() == StatusCode::kResourceExhausted &&
+                             bytes.size() > pipeline_->limits().image.max_bytes;
+      metrics_->rejected.Add(too_large ? "reason=\"too_large\"" : "reason=\"bad_image\"");
       return Error(res, not_image ? 415 : HttpCode(header.status()), header.status().message());
     }
 
@@ -395,6 +404,11 @@ void Server::Routes() {
       if (st.code() == StatusCode::kDeadlineExceeded) {
         metrics_->rejected.Add("reason=\"deadline\"");
         res.set_header("Retry-After", std::to_string(queue_->RetryAfterSeconds()));
+      } else if (st.code() == StatusCode::kInvalidArgument ||
+                 st.code() == StatusCode::kResourceExhausted) {
+        // The photo's header passed; its pixels did not (truncated, corrupt,
+        // a progressive JPEG too large to decode).
+        metrics_->rejected.Add("reason=\"bad_image\"");
       }
       return Error(res, HttpCode(st), st.message());
     }

@@ -558,6 +558,38 @@ TEST(ServiceProbeTest, ProbePortRefusesBodies) {
   EXPECT_EQ(ok->status, 200);
 }
 
+// The value of danqing_inscriptions_rejected_total{reason=...} (0 if absent).
+double Rejected(const std::string& metrics, const std::string& reason) {
+  const std::string key = "danqing_inscriptions_rejected_total{reason=\"" + reason + "\"} ";
+  const size_t at = metrics.find(key);
+  return at == std::string::npos ? 0 : std::stod(metrics.substr(at + key.size()));
+}
+
+// Each refusal is counted once, under its reason; refusals on other routes
+// are not inscriptions refused.
+TEST_F(ServiceTest, RefusalsAreCountedUnderTheirReason) {
+  const std::string jpeg = Photo("chelsea.jpg");
+  auto count = [&](const char* reason) { return Rejected(service_->metrics().Render(), reason); };
+  double before = count("bad_image");
+  ExpectError(PostRaw(jpeg.substr(0, jpeg.size() / 3)), 400, "");  // header fine, pixels cut
+  EXPECT_EQ(count("bad_image"), before + 1);
+  ExpectError(PostRaw(PngHeaderOnly(640, 480)), 400, "");  // refused by the worker's decode
+  EXPECT_EQ(count("bad_image"), before + 2);
+  before = count("bad_options");
+  ExpectError(PostRaw(jpeg, "&width=abc"), 400, "width");
+  EXPECT_EQ(count("bad_options"), before + 1);
+  before = count("too_large");
+  const double bad_before = count("bad_image");
+  ExpectError(PostRaw(jpeg + std::string((1 << 20) + 1000, '\0')), 413, "");  // over 1 MiB, raw
+  EXPECT_EQ(count("too_large"), before + 1);
+  EXPECT_EQ(count("bad_image"), bad_before);
+  before = count("encoding");
+  const std::string other =
+      RawExchange(service_->server().port(), "POST /nowhere HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(other, ::testing::StartsWith("HTTP/1.1 411"));
+  EXPECT_EQ(count("encoding"), before) << "a refusal on another route counted as an inscription's";
+}
+
 // A request httplib could not read as framed is answered 400 and its
 // connection closed: what follows is not taken for requests of their own (a
 // proxy reusing the connection would hand their answers to other clients).

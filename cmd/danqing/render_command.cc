@@ -1,6 +1,9 @@
 // `danqing render`: writes one inscription to a PNG or JPEG file and prints
 // the render statistics.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -27,8 +30,19 @@ struct RenderArgs {
 void Run(const RenderArgs& a) {
   using namespace danqing;
   render::RenderOptions opts;
-  if (std::sscanf(a.size.c_str(), "%dx%d", &opts.width, &opts.height) != 2) {
+  int consumed = 0;
+  if (std::sscanf(a.size.c_str(), "%dx%d%n", &opts.width, &opts.height, &consumed) != 2 ||
+      static_cast<size_t>(consumed) != a.size.size()) {
     Fail("--size must be WIDTHxHEIGHT, e.g. 1920x1080, got '" + a.size + "'", 2);
+  }
+  // Before any work: an output file whose format cannot be told.
+  {
+    std::string ext = std::filesystem::path(a.out).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    if (ext != ".png" && ext != ".jpg" && ext != ".jpeg") {
+      Fail("-o must end in .png, .jpg or .jpeg, got '" + a.out + "'", 2);
+    }
   }
   auto style = render::ParseStyle(a.style);
   if (!style) Fail("--style must be kai, xing or cao, got '" + a.style + "'", 2);

@@ -95,8 +95,15 @@ Result<int> IntOption(const httplib::Request& req, const char* key, int fallback
   return out;
 }
 
+// A yes/no option: true, 1 or yes; false, 0 or no; anything else is none.
+std::optional<bool> Flag(const std::string& v) {
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return std::nullopt;
+}
+
 bool WantsJson(const httplib::Request& req) {
-  if (req.get_param_value("response") == "json") return true;
+  if (Option(req, "response", "") == "json") return true;
   const std::string accept = req.get_header_value("Accept");
   return accept.find("application/json") != std::string::npos;
 }
@@ -290,7 +297,7 @@ void Server::Routes() {
                                                            httplib::Response& res) {
     auto stored = Find(req.matches[1]);
     if (!stored) return Error(res, 404, "no recent inscription with this id");
-    if (req.has_param("download")) {
+    if (req.has_param("download") && Flag(req.get_param_value("download")).value_or(true)) {
       const char* ext = stored->content_type == "image/jpeg" ? "jpg" : "png";
       res.set_header("Content-Disposition", "attachment; filename=\"danqing-" +
                                                 std::string(req.matches[1]) + "." + ext + "\"");
@@ -327,7 +334,12 @@ void Server::Routes() {
     o.style = Option(req, "style", o.style);
     o.background = Option(req, "background", o.background);
     o.format = Option(req, "format", o.format);
-    o.vertical = Option(req, "vertical", "true") != "false";
+    const auto vertical = Flag(Option(req, "vertical", "true"));
+    if (!vertical) {
+      metrics_->rejected.Add("reason=\"bad_options\"");
+      return Error(res, 400, "vertical must be true or false");
+    }
+    o.vertical = *vertical;
     o.text = Option(req, "text", "");
     o.title = Option(req, "title", "");
     o.signature = Option(req, "signature", "");

@@ -130,6 +130,9 @@ TEST(RenderCliTest, BadInputExitCodes) {
   std::string out = testing::TempDir() + "/cli_bad.png";
   EXPECT_EQ(RunCli("render --text 山 --size 16x16 -o " + out), 2);
   EXPECT_EQ(RunCli("render --text 山 --size big -o " + out), 2);
+  EXPECT_EQ(RunCli("render --text 山 --size 1024x768junk -o " + out), 2);
+  EXPECT_EQ(RunCli("render --text 山 -o " + testing::TempDir() + "/cli_bad.gif"),
+            2);  // before rendering
   EXPECT_EQ(RunCli("render --text 山 --style comic -o " + out), 2);
   EXPECT_EQ(RunCli("render --text 山 --background photo -o " + out), 2);
   EXPECT_EQ(RunCli("render --text 山 --photo /nonexistent.jpg -o " + out), 1);

@@ -286,8 +286,18 @@ TEST_F(ServiceTest, MultipartUploadAnswersTheImageAndKeepsItsJson) {
   EXPECT_EQ(img->status, 200);
   EXPECT_EQ(img->body, res->body);
   EXPECT_THAT(img->get_header_value("Content-Disposition"), HasSubstr("attachment"));
+  auto inline_img = c.Get(("/v1/inscriptions/" + id + "/image?download=0").c_str());
+  ASSERT_TRUE(inline_img);
+  EXPECT_FALSE(inline_img->has_header("Content-Disposition"));
 
   EXPECT_EQ(c.Get("/v1/inscriptions/0123456789abcdef")->status, 404);
+
+  // response=json as a form field, like the other options.
+  items.push_back({"response", "json", "", ""});
+  auto as_json = c.Post("/v1/inscriptions", items);
+  ASSERT_TRUE(as_json);
+  ASSERT_EQ(as_json->status, 200) << as_json->body;
+  EXPECT_EQ(as_json->get_header_value("Content-Type"), "application/json");
 }
 
 TEST_F(ServiceTest, VisitorTextReplacesTheVerse) {
@@ -345,6 +355,7 @@ TEST_F(ServiceTest, BadOptionsAreNamed) {
   ExpectError(PostRaw(jpeg, "&format=gif"), 400, "format");
   ExpectError(PostRaw(jpeg, "&width=10"), 400, "width");
   ExpectError(PostRaw(jpeg, "&width=abc"), 400, "width");
+  ExpectError(PostRaw(jpeg, "&vertical=sideways"), 400, "vertical");
   ExpectError(PostRaw(jpeg, "&text=%F0%9F%98%80"), 400, "cannot be written");  // an emoji
   ExpectError(PostRaw(jpeg, "&text=%E6%98%8E%FF"), 400, "UTF-8");
   ExpectError(PostRaw(jpeg, "&text=%E3%80%82%E3%80%82"), 400, "no character to write");  // 。。

@@ -361,6 +361,21 @@ TEST_F(ServiceTest, BadOptionsAreNamed) {
   ExpectError(PostRaw(jpeg, "&text=%E3%80%82%E3%80%82"), 400, "no character to write");  // 。。
 }
 
+// A new connection to 127.0.0.1:`port`; -1 if it failed.
+int ConnectLoopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // Sends `bytes` on a new connection to `port` and returns what comes back
 // until the server closes it (at most 10 s).
 std::string RawExchange(int port, const std::string& bytes) {
@@ -650,13 +665,8 @@ TEST(ServiceSlowHeadersTest, HeadersTrickledPastTheDeadlineAreCutOff) {
   o.read_timeout = std::chrono::seconds(2);
   o.header_deadline = std::chrono::milliseconds(1000);
   Service svc(r->get(), o);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = ConnectLoopback(svc.server().port());
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(svc.server().port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   const std::string first = "GET /healthz HTTP/1.1\r\n";
   ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(first.size()));
@@ -737,12 +747,8 @@ TEST(ServiceProbeTest, ProbesAreAnsweredWhileSlowUploadsHoldTheMainPort) {
   ASSERT_GT(svc.server().probe_port(), 0);
   std::vector<int> slow;
   for (int i = 0; i < 4; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(svc.server().port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const int fd = ConnectLoopback(svc.server().port());
+    ASSERT_GE(fd, 0);
     const std::string head = "POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nab";
     ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
     slow.push_back(fd);

@@ -127,7 +127,9 @@ class BoundedStream final : public httplib::Stream {
   ssize_t write(const char* ptr, size_t size) override {
     // Past a limit the answer was sent already, or none is due.
     if (over_limit_ || !is_writable()) return -1;
-    // "HTTP/1.1 400": the status line's start, for the connection's fate.
+    // "HTTP/1.1 400": the status line's start, for the connection's fate
+    // (after a "100 Continue", the final response's).
+    if (status_.size() >= 12 && status_[9] == '1') status_.clear();
     if (status_.size() < 12) status_.append(ptr, std::min(size, 12 - status_.size()));
     ssize_t n = 0;
     do {

@@ -2,7 +2,7 @@
 # Packs the GPU checks of the CUDA render backend (issue 11) into .gpu/ for a
 # GPU machine that has a driver but none of the project's build dependencies
 # (the device tool's H200: no package registry there). Builds the four test
-# and bench binaries here with CUDA (build/default, sm_80 + sm_90 + PTX, static
+# and bench binaries and the node agent (for its check on the real NVML) here with CUDA (build/default, sm_80 + sm_90 + PTX, static
 # cudart), strips them, and copies the shared libraries they load from this
 # Debian 12 machine (glibc itself excepted), the stroke data and the UKai font.
 #   here:  scripts/gpu-bundle.sh
@@ -15,12 +15,14 @@ if ! grep -q '^DANQING_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
   echo "gpu-bundle: $BUILD is not configured with DANQING_CUDA=ON (is nvcc at /usr/local/cuda?)" >&2
   exit 1
 fi
-cmake --build "$BUILD" --target render_backend_test render_test render_gpu_bench transfer_bench danqing_strokes
+cmake --build "$BUILD" --target render_backend_test render_test render_gpu_bench transfer_bench danqing_strokes \
+  danqing-device-plugin
 
 OUTDIR=.gpu
 rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR"/{bin,lib,lib-cxx,data,font,photos}
-for b in tests/render_backend_test tests/render_test bench/render_gpu_bench bench/transfer_bench; do
+for b in tests/render_backend_test tests/render_test bench/render_gpu_bench bench/transfer_bench \
+         cmd/danqing-device-plugin/danqing-device-plugin; do
   strip --strip-debug -o "$OUTDIR/bin/$(basename "$b")" "$BUILD/$b"
 done
 # Every shared library the binaries load, except the C library's own parts

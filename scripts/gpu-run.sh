@@ -139,6 +139,15 @@ else
   notes="$notes; memcheck NOT run (no compute-sanitizer)"
 fi
 
+AGENT=$(find_bin danqing-device-plugin 2>/dev/null) || AGENT=""
+if [ -n "$AGENT" ]; then
+  step "node agent on this machine's NVML: discovery, doctor, /metrics"
+  timeout 90 "$(dirname "$0")/gpu-agent-check.sh" "$AGENT" "$LOG" > "$LOG/agent_check.log" 2>&1 || rc=1
+  grep -E "^(Driver|0 |FAIL|\[(ok|FAIL|warn)\]|DCGM_FI_DEV_(GPU_TEMP|POWER_USAGE)|danqing_gpu_healthy)" "$LOG/agent_check.log" | head -24
+else
+  notes="$notes; the node agent's NVML check NOT run (not in the bundle)"
+fi
+
 step "nvidia-smi after"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv || true
 

@@ -1,9 +1,6 @@
 // `danqing render`: writes one inscription to a PNG or JPEG file and prints
 // the render statistics.
-#include <algorithm>
-#include <cctype>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -36,13 +33,8 @@ void Run(const RenderArgs& a) {
     Fail("--size must be WIDTHxHEIGHT, e.g. 1920x1080, got '" + a.size + "'", 2);
   }
   // Before any work: an output file whose format cannot be told.
-  {
-    std::string ext = std::filesystem::path(a.out).extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(),
-                   [](unsigned char c) { return std::tolower(c); });
-    if (ext != ".png" && ext != ".jpg" && ext != ".jpeg") {
-      Fail("-o must end in .png, .jpg or .jpeg, got '" + a.out + "'", 2);
-    }
+  if (const auto format = image::FormatForPath(a.out); !format.ok()) {
+    Fail("-o: " + format.status().message(), 2);
   }
   auto style = render::ParseStyle(a.style);
   if (!style) Fail("--style must be kai, xing or cao, got '" + a.style + "'", 2);

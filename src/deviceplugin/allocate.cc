@@ -161,10 +161,9 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
   }
   // Device specs only with a strategy that is not CDI, as NVIDIA's plugin
   // does: with CDI alone the runtime adds the nodes from the spec.
-  const bool cdi_only =
-      !options.device_list_strategies.empty() &&
-      std::all_of(options.device_list_strategies.begin(), options.device_list_strategies.end(),
-                  [](DeviceListStrategy s) { return UsesCdi({s}); });
+  const bool cdi_only = UsesCdi(options.device_list_strategies) &&
+                        !Has(options, DeviceListStrategy::kEnvvar) &&
+                        !Has(options, DeviceListStrategy::kVolumeMounts);
   if (options.pass_device_specs && !cdi_only) {
     std::set<std::string> added;
     auto add = [&](const std::string& path) {

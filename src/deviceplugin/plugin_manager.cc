@@ -564,17 +564,16 @@ void PluginManager::Run() {
     {
       std::lock_guard<std::mutex> l(mu_);
       const auto now = Clock::now();
-      if (CdiOn()) {
-        const auto ms = std::max<int64_t>(
-            std::chrono::ceil<std::chrono::milliseconds>(cdi_check_at_ - now).count(), 0);
-        timeout_ms = static_cast<int>(ms);
-      }
+      // Wakes by `at` at the latest. Rounded up: a wait rounded down to 0
+      // would spin until the time came.
+      const auto wake_by = [&](Clock::time_point at) {
+        const auto ms = static_cast<int>(
+            std::max<int64_t>(std::chrono::ceil<std::chrono::milliseconds>(at - now).count(), 0));
+        timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+      };
+      if (CdiOn()) wake_by(cdi_check_at_);
       for (const auto& [name, e] : entries_) {
-        if (!e->retry_at) continue;
-        // Rounded up: a wait rounded down to 0 would spin until the time came.
-        auto ms = std::chrono::ceil<std::chrono::milliseconds>(*e->retry_at - now).count();
-        ms = std::max<int64_t>(ms, 0);
-        timeout_ms = timeout_ms < 0 ? static_cast<int>(ms) : std::min(timeout_ms, static_cast<int>(ms));
+        if (e->retry_at) wake_by(*e->retry_at);
       }
     }
     struct pollfd fds[2] = {{inotify_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};

@@ -633,14 +633,18 @@ Result<std::string> EncodeJpeg(const Image& img, int quality) {
   return std::move(ctx.out);
 }
 
+Result<Format> FormatForPath(const std::string& path) {
+  const std::string ext = LowerExtension(path);
+  if (ext == ".png") return Format::kPng;
+  if (ext == ".jpg" || ext == ".jpeg") return Format::kJpeg;
+  return InvalidArgument("cannot tell the image format of " + path +
+                         " (extension must be .png, .jpg or .jpeg)");
+}
+
 Status WriteFile(const std::string& path, const Image& img) {
-  std::string ext = LowerExtension(path);
-  bool png = ext == ".png";
-  if (!png && ext != ".jpg" && ext != ".jpeg") {
-    return InvalidArgument("cannot tell the image format of " + path +
-                           " (extension must be .png, .jpg or .jpeg)");
-  }
-  Result<std::string> bytes = png ? EncodePng(img) : EncodeJpeg(img);
+  const Result<Format> format = FormatForPath(path);
+  if (!format.ok()) return format.status();
+  Result<std::string> bytes = *format == Format::kPng ? EncodePng(img) : EncodeJpeg(img);
   if (!bytes.ok()) return bytes.status().WithContext(path);
   return WriteFileAtomically(path, *bytes);
 }

@@ -108,8 +108,12 @@ Result<Image> ReadFile(const std::string& path, const Limits& limits = {});
 Result<std::string> EncodePng(const Image& img, int compression_level = 6);
 Result<std::string> EncodeJpeg(const Image& img, int quality = 90);
 
-// Format from the extension (.png, .jpg, .jpeg; case-insensitive), written
-// atomically (temp file + rename), so a reader never sees a partial file.
+// The format a file of this name is written in, from its extension (.png,
+// .jpg, .jpeg; case-insensitive); INVALID_ARGUMENT for any other.
+Result<Format> FormatForPath(const std::string& path);
+
+// Format from FormatForPath, written atomically (temp file + rename), so a
+// reader never sees a partial file.
 Status WriteFile(const std::string& path, const Image& img);
 
 // Resampled copy: area averaging along an axis that shrinks, bilinear along

@@ -228,29 +228,28 @@ void Server::Routes() {
   const size_t max_body = pipeline_->limits().image.max_bytes + 64 * 1024;
   // Both run before httplib reads the body: an upload it must not read is
   // refused unread, and its connection closed (http::RefuseBody).
-  s.set_pre_routing_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
-    t_request_start = Clock::now();
-    if (auto refusal = http::RefuseBody(req, max_body)) {
-      // Counted as an inscription refused only on the inscriptions route.
-      if (req.path.starts_with("/v1/inscriptions")) {
-        metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
-      }
-      Refuse(res, refusal->code, refusal->message);
-      return httplib::Server::HandlerResponse::Handled;
+  // A body that must not be read is refused (and counted, on the
+  // inscriptions route only, as an inscription refused); 0 when it may be.
+  const auto refuse_body = [this, max_body](const httplib::Request& req, httplib::Response& res) {
+    const auto refusal = http::RefuseBody(req, max_body);
+    if (!refusal) return 0;
+    if (req.path.starts_with("/v1/inscriptions")) {
+      metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    Refuse(res, refusal->code, refusal->message);
+    return refusal->code;
+  };
+  s.set_pre_routing_handler([refuse_body](const httplib::Request& req, httplib::Response& res) {
+    t_request_start = Clock::now();
+    return refuse_body(req, res) != 0 ? httplib::Server::HandlerResponse::Handled
+                                      : httplib::Server::HandlerResponse::Unhandled;
   });
   // A client that asks first (Expect: 100-continue) is told before it sends.
-  s.set_expect_100_continue_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
-    if (auto refusal = http::RefuseBody(req, max_body)) {
-      if (req.path.starts_with("/v1/inscriptions")) {
-        metrics_->rejected.Add(std::string("reason=\"") + refusal->reason + "\"");
-      }
-      Refuse(res, refusal->code, refusal->message);
-      return refusal->code;
-    }
-    return 100;
-  });
+  s.set_expect_100_continue_handler(
+      [refuse_body](const httplib::Request& req, httplib::Response& res) {
+        const int code = refuse_body(req, res);
+        return code != 0 ? code : 100;
+      });
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const std::string route = RouteOf(req.path);
     // A request httplib refused before routing has no start: counted, not timed.

@@ -4,8 +4,9 @@
 // SIGTERM/SIGINT: readiness off at once, requests still served for
 // --drain-delay (until every proxy has dropped the endpoint), then drain (new
 // inscriptions refused, accepted ones finish, at most --drain-timeout), then
-// stop. Exit 0 after a clean
-// drain, 1 when renders were cut off or start-up failed, 2 for bad flags.
+// stop. Exit 0 when every accepted inscription was answered with its image,
+// 1 when the drain timeout cut some off (answered 503) or start-up failed, 2
+// for bad flags.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -116,10 +117,18 @@ int RunServe(const ServeFlags& f) {
     sigtimedwait(&signals, nullptr, &delay);
   }
   spdlog::info("danqing serve: draining (at most {} s)", f.drain_timeout_s);
-  const bool clean = server.Drain(std::chrono::seconds(f.drain_timeout_s));
+  const bool in_time = server.Drain(std::chrono::seconds(f.drain_timeout_s));
   server.Stop();
-  spdlog::info("danqing serve: stopped{}", clean ? "" : " (drain timed out)");
-  return clean ? 0 : 1;
+  // Exit 1 only when an accepted inscription was not answered with its image.
+  const size_t cut = server.cut_off();
+  if (cut > 0) {
+    spdlog::warn("danqing serve: stopped; {} accepted inscription(s) cut off by the drain timeout",
+                 cut);
+  } else {
+    spdlog::info("danqing serve: stopped{}",
+                 in_time ? "" : " (drain timed out; every accepted inscription was answered)");
+  }
+  return cut == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -287,7 +287,28 @@ bool JpegReadInfo(JpegReadContext* ctx, std::span<const uint8_t> bytes, JpegInfo
   return true;
 }
 
-bool JpegReadPixels(JpegReadContext* ctx, uint8_t* dst, int components) {
+// Ink (CMYK) to RGB for one row of `n` pixels. Adobe (Photoshop) CMYK JPEGs
+// store inverted values; others store plain ink.
+void CmykRowToRgb(const uint8_t* s, uint8_t* d, size_t n, bool adobe) {
+  for (size_t i = 0; i < n; ++i, s += 4, d += 3) {
+    unsigned k = adobe ? s[3] : 255u - s[3];
+    for (int c = 0; c < 3; ++c) {
+      unsigned v = adobe ? s[c] : 255u - s[c];
+      d[c] = uint8_t((v * k + 127u) / 255u);
+    }
+  }
+}
+
+// Decodes every scanline into `dst` as RGB8. A CMYK JPEG is read a row at a
+// time through a one-row buffer and converted there, so the decode never
+// holds a whole 4-byte-a-pixel plane beside the RGB one (a 40 Mpx CMYK photo
+// needed 160 MB more). jpeg_finish_decompress frees the image's working
+// memory, progressive coefficients included, before the caller goes on.
+bool JpegReadPixels(JpegReadContext* ctx, uint8_t* dst, const JpegInfo& info) {
+  const int components = info.cmyk ? 4 : 3;
+  // Sized before setjmp: nothing it owns may change between the jump's set
+  // and a longjmp back to it.
+  PixelBuffer ink(info.cmyk ? size_t(info.width) * 4 : 0);  // one CMYK row
   if (setjmp(ctx->err.jump)) return false;
   j_decompress_ptr c = &ctx->cinfo;
   jpeg_start_decompress(c);
@@ -295,10 +316,12 @@ bool JpegReadPixels(JpegReadContext* ctx, uint8_t* dst, int components) {
       c->output_components != components) {
     ERREXIT(c, JERR_CONVERSION_NOTIMPL);
   }
-  const size_t stride = size_t(c->output_width) * size_t(components);
+  const size_t width = size_t(c->output_width);
   while (c->output_scanline < c->output_height) {
-    JSAMPROW row = dst + size_t(c->output_scanline) * stride;
+    uint8_t* out = dst + size_t(c->output_scanline) * width * 3;
+    JSAMPROW row = info.cmyk ? ink.data() : out;
     if (jpeg_read_scanlines(c, &row, 1) != 1) ERREXIT(c, JERR_INPUT_EMPTY);
+    if (info.cmyk) CmykRowToRgb(ink.data(), out, width, info.adobe);
   }
   jpeg_finish_decompress(c);
   return true;
@@ -323,7 +346,6 @@ Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
   if (Status s = CheckLimits(h, limits); !s.ok()) return s;
 
   ctx.cinfo.out_color_space = info.cmyk ? JCS_CMYK : JCS_RGB;
-  const int components = info.cmyk ? 4 : 3;
   const size_t w = size_t(info.width), hh = size_t(info.height);
   Image img;
   img.width = info.width;
@@ -335,13 +357,8 @@ Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
   // a PNG's decode); libjpeg, here without a backing store, refuses beyond.
   ctx.cinfo.mem->max_memory_to_use =
       static_cast<long>(std::min<uint64_t>(limits.max_pixels * 46 / 10, uint64_t{1} << 40));
-  PixelBuffer cmyk;  // every byte written by the JPEG reader
-  if (info.cmyk) {
-    cmyk.resize(w * hh * 4);
-  } else {
-    img.rgb.resize(w * hh * 3);
-  }
-  if (!JpegReadPixels(&ctx, info.cmyk ? cmyk.data() : img.rgb.data(), components)) {
+  img.rgb.resize(w * hh * 3);
+  if (!JpegReadPixels(&ctx, img.rgb.data(), info)) {
     if (ctx.cinfo.err->msg_code == JERR_NO_BACKING_STORE) {
       return ResourceExhausted(
           "progressive JPEG of " + Dims(info.width, info.height) +
@@ -350,19 +367,8 @@ Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
     }
     return InvalidArgument(std::string("corrupt or truncated JPEG: ") + ctx.err.message);
   }
-  if (info.cmyk) {
-    // Adobe (Photoshop) CMYK JPEGs store inverted values; others store plain ink.
-    img.rgb.resize(w * hh * 3);
-    const uint8_t* s = cmyk.data();
-    uint8_t* d = img.rgb.data();
-    for (size_t i = 0, n = w * hh; i < n; ++i, s += 4, d += 3) {
-      unsigned k = info.adobe ? s[3] : 255u - s[3];
-      for (int c = 0; c < 3; ++c) {
-        unsigned v = info.adobe ? s[c] : 255u - s[c];
-        d[c] = uint8_t((v * k + 127u) / 255u);
-      }
-    }
-  }
+  // The decoder's own memory is gone (finished above); what is turned
+  // upright next holds two RGB planes at most: 6 bytes a pixel.
   if (info.orientation != 1) return ApplyOrientation(img, info.orientation);
   return img;
 }

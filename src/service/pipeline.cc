@@ -47,17 +47,21 @@ Result<std::u32string> DecodeUtf8(std::string_view s) {
     } else if ((b0 & 0xF8) == 0xF0) {
       len = 4, c = b0 & 0x07;
     } else {
-      return InvalidArgument("text is not valid UTF-8");
+      return InvalidArgument("not valid UTF-8 (at byte " + std::to_string(i) + ")");
     }
-    if (i + static_cast<size_t>(len) > s.size()) return InvalidArgument("text is not valid UTF-8");
+    if (i + static_cast<size_t>(len) > s.size()) {
+      return InvalidArgument("not valid UTF-8 (at byte " + std::to_string(i) + ")");
+    }
     for (int k = 1; k < len; ++k) {
       const auto b = static_cast<uint8_t>(s[i + static_cast<size_t>(k)]);
-      if ((b & 0xC0) != 0x80) return InvalidArgument("text is not valid UTF-8");
+      if ((b & 0xC0) != 0x80) {
+        return InvalidArgument("not valid UTF-8 (at byte " + std::to_string(i) + ")");
+      }
       c = (c << 6) | (b & 0x3F);
     }
     static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
     if (c < kMin[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) {
-      return InvalidArgument("text is not valid UTF-8");
+      return InvalidArgument("not valid UTF-8 (at byte " + std::to_string(i) + ")");
     }
     out.push_back(c);
     i += static_cast<size_t>(len);
@@ -112,8 +116,14 @@ Status Pipeline::Validate(const InscribeOptions& o) const {
   if (!kFormats.count(o.format)) return InvalidArgument("format must be png or jpeg");
   for (const auto& [name, field] : {std::pair{"text", &o.text}, std::pair{"title", &o.title},
                                     std::pair{"signature", &o.signature}}) {
+    // Bytes first: spaces and punctuation are not written, so only the bytes
+    // bound what a request makes the service hold, echo and keep.
+    if (field->size() > limits_.max_text_bytes) {
+      return InvalidArgument(std::string(name) + " is longer than " +
+                             std::to_string(limits_.max_text_bytes) + " bytes");
+    }
     auto cps = DecodeUtf8(*field);
-    if (!cps.ok()) return cps.status();
+    if (!cps.ok()) return InvalidArgument(std::string(name) + " is " + cps.status().message());
     size_t written = 0;
     std::u32string missing;
     for (char32_t c : *cps) {

@@ -54,7 +54,10 @@ struct InscriptionResult {
 struct PipelineLimits {
   image::Limits image;  // upload bytes, pixels, side
   int max_canvas_side = 2048;
-  size_t max_text_chars = 64;
+  size_t max_text_chars = 64;  // written characters of text, title or signature
+  // Bytes of text, title or signature, whatever they hold (spaces and
+  // punctuation are not written, so they do not count as characters).
+  size_t max_text_bytes = 1024;
 };
 
 class Pipeline {
@@ -88,7 +91,8 @@ class Pipeline {
 // FNV-1a over the bytes: the photo's seed for verse choice and brushwork.
 uint64_t PhotoHash(std::span<const uint8_t> bytes);
 
-// UTF-8 to code points; INVALID_ARGUMENT for malformed UTF-8.
+// UTF-8 to code points; INVALID_ARGUMENT for malformed UTF-8 ("not valid
+// UTF-8 (at byte N)", for the caller to say which field it was).
 Result<std::u32string> DecodeUtf8(std::string_view s);
 
 }  // namespace danqing::service

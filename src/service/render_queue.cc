@@ -53,6 +53,19 @@ bool RenderQueue::WaitIdle(std::chrono::milliseconds timeout) {
   return idle_cv_.wait_for(lock, timeout, [&] { return jobs_.empty() && running_ == 0; });
 }
 
+size_t RenderQueue::Abandon() {
+  std::deque<Job> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    left.swap(jobs_);
+    if (metrics_) metrics_->queue_depth = 0;
+  }
+  for (auto& j : left) j.expired();
+  idle_cv_.notify_all();
+  return left.size();
+}
+
 size_t RenderQueue::depth() const {
   std::lock_guard<std::mutex> lock(mu_);
   return jobs_.size();

@@ -38,6 +38,10 @@ class RenderQueue {
   void Close();
   // True once nothing waits and nothing runs; false if `timeout` passed first.
   bool WaitIdle(std::chrono::milliseconds timeout);
+  // Closes the queue and takes out every job still waiting, running its
+  // `expired` callback instead (on the caller's thread); jobs already
+  // running finish. The number taken out.
+  size_t Abandon();
 
   size_t depth() const;
   size_t in_flight() const;

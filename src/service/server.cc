@@ -2,17 +2,20 @@
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
+#include <sys/random.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <utility>
 
 #include "common/cpus.h"
-#include "service/assets.h"
 #include "http/bounded_server.h"
+#include "service/assets.h"
 
 namespace danqing::service {
 namespace {
@@ -73,21 +76,47 @@ int HttpCode(const Status& st) {
   }
 }
 
-// The option named `key` from the multipart fields, else the query.
-std::string Option(const httplib::Request& req, const char* key, const std::string& fallback) {
+// The option named `key` from the multipart fields, else the query; none
+// when the request does not name it.
+std::optional<std::string> RawOption(const httplib::Request& req, const char* key) {
   if (req.is_multipart_form_data() && req.has_file(key)) {
     const auto f = req.get_file_value(key);
     if (f.filename.empty()) return f.content;
   }
   if (req.has_param(key)) return req.get_param_value(key);
-  return fallback;
+  return std::nullopt;
 }
 
+std::string Option(const httplib::Request& req, const char* key, const std::string& fallback) {
+  return RawOption(req, key).value_or(fallback);
+}
+
+// The options that take a word or a number: none is longer than this. (The
+// visitor's text, title and signature have their own byte limit, checked by
+// Pipeline::Validate.)
+constexpr size_t kMaxShortOptionBytes = 32;
+constexpr const char* kShortOptions[] = {"width",  "height",   "style",   "background",
+                                         "format", "vertical", "response"};
+
+// INVALID_ARGUMENT naming the first short option longer than it may be.
+Status CheckOptionSizes(const httplib::Request& req) {
+  for (const char* key : kShortOptions) {
+    const auto v = RawOption(req, key);
+    if (v && v->size() > kMaxShortOptionBytes) {
+      return InvalidArgument(std::string(key) + " is longer than " +
+                             std::to_string(kMaxShortOptionBytes) + " bytes");
+    }
+  }
+  return Status::Ok();
+}
+
+// A whole number; absent: `fallback`; given but empty or not a number: an error.
 Result<int> IntOption(const httplib::Request& req, const char* key, int fallback) {
-  const std::string v = Option(req, key, "");
-  if (v.empty()) return fallback;
+  const auto v = RawOption(req, key);
+  if (!v) return fallback;
+  if (v->empty()) return InvalidArgument(std::string(key) + " must be a number, not empty");
   int out = 0;
-  for (char c : v) {
+  for (char c : *v) {
     if (c < '0' || c > '9' || out > 100000)
       return InvalidArgument(std::string(key) + " must be a number");
     out = out * 10 + (c - '0');
@@ -109,6 +138,26 @@ bool WantsJson(const httplib::Request& req) {
 }
 
 }  // namespace
+
+struct Server::Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;     // guarded by mu
+  bool cut_off = false;  // guarded by mu: answered by CutOffPending
+  Result<InscriptionResult> result = Status(StatusCode::kInternal, "not run");  // guarded by mu
+
+  // The first answer counts; a render that finishes after a cut-off is dropped.
+  void Finish(Result<InscriptionResult> r, bool cut = false) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (done) return;
+      result = std::move(r);
+      cut_off = cut;
+      done = true;
+    }
+    cv.notify_all();
+  }
+};
 
 std::string InscriptionJson(const std::string& id, const InscriptionResult& r,
                             const std::string& backend) {
@@ -180,8 +229,6 @@ Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics
   const size_t workers = options_.workers ? options_.workers : AvailableCpus();
   const size_t capacity = options_.queue_capacity ? options_.queue_capacity : 2 * workers;
   queue_ = std::make_unique<RenderQueue>(workers, capacity, metrics_);
-  id_salt_ = std::random_device{}();
-  id_salt_ = (id_salt_ << 32) ^ std::random_device{}();
   http_ = std::make_unique<http::BoundedServer>(64 * 1024, options_.header_deadline);
   Routes();
 }
@@ -191,11 +238,29 @@ Server::~Server() {
 }
 
 std::string Server::NewId() {
-  uint64_t x = id_salt_ + 0x9e3779b97f4a7c15ULL * (++next_id_);
-  x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ULL;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x ^ (x >> 29)));
-  return buf;
+  // 128 bits from the kernel's CSPRNG: an id tells nothing of any other, so
+  // one visitor's id cannot lead to another's text or photo.
+  uint8_t bytes[16];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      // Only before the kernel's pool is first seeded (early boot), or with
+      // a kernel older than 3.17: nothing to serve ids from, and guessable
+      // ones would hand out visitors' photos.
+      spdlog::critical("getrandom failed: {}", std::strerror(errno));
+      std::abort();
+    }
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(2 * sizeof bytes, '0');
+  for (size_t i = 0; i < sizeof bytes; ++i) {
+    id[2 * i] = kHex[bytes[i] >> 4];
+    id[2 * i + 1] = kHex[bytes[i] & 15];
+  }
+  return id;
 }
 
 void Server::Store(const std::string& id, std::shared_ptr<const Stored> stored) {
@@ -286,13 +351,13 @@ void Server::Routes() {
     res.set_content(std::string(IndexHtml()), "text/html; charset=utf-8");
   });
   ProbeRoutes(s);
-  s.Get(R"(/v1/inscriptions/([0-9a-f]{16}))",
+  s.Get(R"(/v1/inscriptions/([0-9a-f]{32}))",
         [this](const httplib::Request& req, httplib::Response& res) {
           auto stored = Find(req.matches[1]);
           if (!stored) return Error(res, 404, "no recent inscription with this id");
           res.set_content(stored->json, "application/json");
         });
-  s.Get(R"(/v1/inscriptions/([0-9a-f]{16})/image)", [this](const httplib::Request& req,
+  s.Get(R"(/v1/inscriptions/([0-9a-f]{32})/image)", [this](const httplib::Request& req,
                                                            httplib::Response& res) {
     auto stored = Find(req.matches[1]);
     if (!stored) return Error(res, 404, "no recent inscription with this id");
@@ -321,6 +386,10 @@ void Server::Routes() {
     const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(raw->data()),
                                          raw->size());
 
+    if (Status st = CheckOptionSizes(req); !st.ok()) {
+      metrics_->rejected.Add("reason=\"bad_options\"");
+      return Error(res, 400, st.message());
+    }
     InscribeOptions o;
     auto w = IntOption(req, "width", o.width);
     auto h = IntOption(req, "height", o.height);
@@ -356,22 +425,22 @@ void Server::Routes() {
       return Error(res, not_image ? 415 : HttpCode(header.status()), header.status().message());
     }
 
-    // Hand the work to a render worker and wait for it, at most until the deadline.
-    struct Pending {
-      std::mutex mu;
-      std::condition_variable cv;
-      bool done = false;
-      Result<InscriptionResult> result = Status(StatusCode::kInternal, "not run");
-    };
+    // Hand the work to a render worker and wait for it, at most until the
+    // deadline (or until a drain that ran out of time cuts it off).
     auto pending = std::make_shared<Pending>();
-    const auto finish = [pending](Result<InscriptionResult> r) {
-      {
-        std::lock_guard<std::mutex> lock(pending->mu);
-        pending->result = std::move(r);
-        pending->done = true;
+    {
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      pending_.insert(pending);
+    }
+    struct Unregister {
+      Server* self;
+      std::shared_ptr<Pending> p;
+      ~Unregister() {
+        std::lock_guard<std::mutex> lock(self->pending_mu_);
+        self->pending_.erase(p);
       }
-      pending->cv.notify_all();
-    };
+    } unregister{this, pending};
+    const auto finish = [pending](Result<InscriptionResult> r) { pending->Finish(std::move(r)); };
     const auto admit = queue_->Submit(
         [this, raw, o, finish, start] {
           const auto began = Clock::now();
@@ -409,6 +478,12 @@ void Server::Routes() {
       metrics_->rejected.Add("reason=\"deadline\"");
       res.set_header("Retry-After", std::to_string(queue_->RetryAfterSeconds()));
       return Error(res, 503, "the inscription did not finish within its deadline");
+    }
+    if (pending->cut_off) {
+      ++cut_off_;
+      metrics_->rejected.Add("reason=\"cut_off\"");
+      res.set_header("Retry-After", "5");
+      return Refuse(res, 503, pending->result.status().message());
     }
     if (!pending->result.ok()) {
       const Status& st = pending->result.status();
@@ -545,9 +620,25 @@ bool Server::Drain(std::chrono::milliseconds timeout) {
   draining_ = true;
   queue_->Close();
   spdlog::info("draining: {} waiting, {} rendering", queue_->depth(), queue_->in_flight());
-  const bool idle = queue_->WaitIdle(timeout);
-  if (!idle) spdlog::warn("drain timeout: {} renders left", queue_->depth() + queue_->in_flight());
-  return idle;
+  if (queue_->WaitIdle(timeout)) return true;
+  // The timeout bounds the drain: nothing accepted is left waiting for an
+  // answer past it.
+  // First the answers (503, cut off), then the waiting jobs are dropped.
+  CutOffPending();
+  const size_t dropped = queue_->Abandon();
+  spdlog::warn(
+      "drain timeout: {} waiting renders dropped, {} still drawing; every unanswered "
+      "inscription was answered 503",
+      dropped, queue_->in_flight());
+  return false;
+}
+
+void Server::CutOffPending() {
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  for (const auto& p : pending_) {
+    p->Finish(Unavailable("the service shut down before this inscription was finished; retry"),
+              /*cut=*/true);
+  }
 }
 
 void Server::Stop() {

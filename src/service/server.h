@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -83,11 +84,19 @@ class Server {
   void StopReady();
   // Readiness off, new inscriptions refused (503), then waits until accepted
   // renders have finished or `timeout` passed. True when everything finished.
+  // At the timeout the drain ends: every accepted inscription not yet
+  // answered is answered 503 at once (cut off, counted in cut_off()), and
+  // those still waiting for a worker are dropped unrendered; renders already
+  // drawing finish on their workers, unanswered.
   bool Drain(std::chrono::milliseconds timeout);
+  // Accepted inscriptions answered 503 because a drain ran out of time
+  // (final once Stop() has returned).
+  size_t cut_off() const { return cut_off_.load(); }
   // Stops listening and joins the HTTP threads.
   void Stop();
 
  private:
+  struct Pending;  // an accepted inscription's answer, awaited by its handler
   struct Stored {
     std::string json;
     std::string image;
@@ -98,6 +107,8 @@ class Server {
   void Store(const std::string& id, std::shared_ptr<const Stored> stored);
   std::shared_ptr<const Stored> Find(const std::string& id) const;
   std::string NewId();
+  // Answers every pending inscription at once with the cut-off error.
+  void CutOffPending();
 
   const ServerOptions options_;
   const Pipeline* const pipeline_;
@@ -111,8 +122,10 @@ class Server {
   int probe_port_ = -1;
   std::atomic<bool> draining_{false};
   std::atomic<bool> not_ready_{false};
-  std::atomic<uint64_t> next_id_{0};
-  uint64_t id_salt_ = 0;
+  std::atomic<size_t> cut_off_{0};
+
+  std::mutex pending_mu_;
+  std::set<std::shared_ptr<Pending>> pending_;  // guarded by pending_mu_
 
   mutable std::mutex cache_mu_;
   std::list<std::string> cache_order_;  // guarded by cache_mu_, newest first

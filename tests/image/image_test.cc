@@ -7,14 +7,15 @@
 // clang-format on
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <new>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@
 namespace {
 std::atomic<bool> g_track{false};
 std::atomic<size_t> g_largest{0};
+// Bytes held through operator new now, and the most held while tracking is on.
+std::atomic<long long> g_live{0};
+std::atomic<long long> g_peak{0};
 }  // namespace
 
 void* operator new(size_t n) {
@@ -40,12 +44,21 @@ void* operator new(size_t n) {
   }
   void* p = std::malloc(n == 0 ? 1 : n);
   if (p == nullptr) throw std::bad_alloc();
+  const long long live = g_live.fetch_add(static_cast<long long>(malloc_usable_size(p))) +
+                         static_cast<long long>(malloc_usable_size(p));
+  if (g_track.load(std::memory_order_relaxed)) {
+    long long prev = g_peak.load(std::memory_order_relaxed);
+    while (live > prev && !g_peak.compare_exchange_weak(prev, live)) {
+    }
+  }
   return p;
 }
 void operator delete(void* p) noexcept {
+  if (p != nullptr) g_live.fetch_sub(static_cast<long long>(malloc_usable_size(p)));
   std::free(p);
 }
 void operator delete(void* p, size_t) noexcept {
+  if (p != nullptr) g_live.fetch_sub(static_cast<long long>(malloc_usable_size(p)));
   std::free(p);
 }
 
@@ -433,6 +446,28 @@ TEST(JpegLimits, ProgressiveCoefficientsAreBoundedByThePixelLimit) {
   Result<Image> fits = Decode(progressive, roomy);
   ASSERT_TRUE(fits.ok()) << fits.status().ToString();
   EXPECT_EQ(fits->width, 256);
+}
+
+// A CMYK photo turned upright holds at most two RGB planes (6 bytes a pixel):
+// it was decoded into a whole CMYK plane, converted beside it and turned
+// beside both (10 bytes a pixel: a 40 Mpx one took ~415 MiB).
+TEST(JpegLimits, CmykTurnedUprightHoldsTwoRgbPlanesAtMost) {
+  const int w = 640, h = 400;
+  Bytes px;
+  px.reserve(size_t(w) * h * 4);
+  for (int i = 0; i < w * h; ++i) px.insert(px.end(), {uint8_t(i), uint8_t(i >> 8), 40, 200});
+  const Bytes jpeg = WithApp1(RawJpeg(w, h, 4, px), ExifApp1(6, false));
+  px = Bytes();
+  const long long before = g_live.load();
+  g_peak = before;
+  g_track = true;
+  Result<Image> img = Decode(jpeg);
+  g_track = false;
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  EXPECT_EQ(img->width, h);  // turned a quarter
+  EXPECT_EQ(img->height, w);
+  const double per_pixel = double(g_peak.load() - before) / (double(w) * h);
+  EXPECT_LE(per_pixel, 6.2);
 }
 
 // ------------------------------------------------------------ EXIF orientation

@@ -15,8 +15,11 @@
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "service/assets.h"
 #include "service/server.h"
@@ -272,7 +275,7 @@ TEST_F(ServiceTest, MultipartUploadAnswersTheImageAndKeepsItsJson) {
   ASSERT_GE(res->body.size(), 3u);
   EXPECT_EQ(res->body.substr(0, 3), "\xff\xd8\xff");
   const std::string id = res->get_header_value("X-Danqing-Inscription-Id");
-  ASSERT_EQ(id.size(), 16u);
+  ASSERT_EQ(id.size(), 32u);
 
   auto meta = c.Get(("/v1/inscriptions/" + id).c_str());
   ASSERT_TRUE(meta);
@@ -290,7 +293,7 @@ TEST_F(ServiceTest, MultipartUploadAnswersTheImageAndKeepsItsJson) {
   ASSERT_TRUE(inline_img);
   EXPECT_FALSE(inline_img->has_header("Content-Disposition"));
 
-  EXPECT_EQ(c.Get("/v1/inscriptions/0123456789abcdef")->status, 404);
+  EXPECT_EQ(c.Get("/v1/inscriptions/0123456789abcdef0123456789abcdef")->status, 404);
 
   // response=json as a form field, like the other options.
   items.push_back({"response", "json", "", ""});
@@ -359,6 +362,65 @@ TEST_F(ServiceTest, BadOptionsAreNamed) {
   ExpectError(PostRaw(jpeg, "&text=%F0%9F%98%80"), 400, "cannot be written");  // an emoji
   ExpectError(PostRaw(jpeg, "&text=%E6%98%8E%FF"), 400, "UTF-8");
   ExpectError(PostRaw(jpeg, "&text=%E3%80%82%E3%80%82"), 400, "no character to write");  // 。。
+  // The field and the byte a UTF-8 error is at; an empty number as an empty word.
+  ExpectError(PostRaw(jpeg, "&text=%E6%98%8E&title=%E6%98%8E%FF"), 400,
+              "title is not valid UTF-8 (at byte 3)");
+  ExpectError(PostRaw(jpeg, "&text=%E6%98%8E&signature=%C0%80"), 400,
+              "signature is not valid UTF-8");
+  ExpectError(PostRaw(jpeg, "&width="), 400, "width must be a number");
+  ExpectError(PostRaw(jpeg, "&style="), 400, "style");
+}
+
+// What a visitor sends is bounded in bytes before anything is kept: spaces
+// and punctuation are not written, so megabytes of them beside one character
+// passed the 64-character limit and were echoed and cached.
+TEST_F(ServiceTest, OptionFieldsAreBoundedInBytes) {
+  auto c = service_->Client();
+  const std::string jpeg = Photo("chelsea.jpg");
+  const auto post = [&](const char* field, const std::string& value) {
+    httplib::MultipartFormDataItems items = {{"image", jpeg, "c.jpg", "image/jpeg"},
+                                             {"height", "256", "", ""},
+                                             {"response", "json", "", ""},
+                                             {field, value, "", ""}};
+    if (std::string(field) != "text") items.push_back({"text", "明月", "", ""});
+    if (std::string(field) != "width") items.push_back({"width", "256", "", ""});
+    return c.Post("/v1/inscriptions", items);
+  };
+  const std::string spaces(200'000, ' ');
+  ExpectError(post("text", "明" + spaces), 400, "text is longer than 1024 bytes");
+  ExpectError(post("title", spaces + "月"), 400, "title is longer than 1024 bytes");
+  ExpectError(post("signature", "\n" + spaces + "人"), 400, "signature is longer than 1024 bytes");
+  // A number padded with zeros, a word with spaces: every other option too.
+  ExpectError(post("width", std::string(40, '0') + "256"), 400, "width is longer than 32 bytes");
+  ExpectError(post("style", "kai" + std::string(5000, ' ')), 400, "style is longer than 32 bytes");
+  // Within the bounds it is written (spaces are still breaks).
+  EXPECT_EQ(Ok(post("text", "明   月")).value("verse", json::object())["source"], "visitor");
+}
+
+// Ids are 128 random bits: neither a neighbour nor the next one can be told
+// from one (they were a counter through a fixed mix: one revealed the rest).
+TEST_F(ServiceTest, IdsAreRandom128Bits) {
+  std::set<std::string> ids;
+  std::vector<std::string> list;
+  for (int i = 0; i < 4; ++i) {
+    const json j = Ok(PostRaw(Photo("chelsea.jpg"), "&width=256&height=256&text=%E6%98%8E"));
+    const std::string id = j.value("id", "");
+    ASSERT_EQ(id.size(), 32u) << id;
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
+    ids.insert(id);
+    list.push_back(id);
+  }
+  EXPECT_EQ(ids.size(), 4u);
+  // Consecutive ids share no more bits than chance (64 of 128 on average).
+  for (size_t i = 1; i < list.size(); ++i) {
+    int same = 0;
+    for (size_t k = 0; k < 32; ++k) {
+      const int a = std::stoi(list[i - 1].substr(k, 1), nullptr, 16);
+      const int b = std::stoi(list[i].substr(k, 1), nullptr, 16);
+      same += 4 - __builtin_popcount(unsigned(a ^ b));
+    }
+    EXPECT_LT(same, 100) << list[i - 1] << " " << list[i];
+  }
 }
 
 // A new connection to 127.0.0.1:`port`; -1 if it failed.
@@ -953,6 +1015,41 @@ TEST(ServiceLoadTest, DrainFinishesAcceptedWorkAndRefusesNew) {
   gate.Release();
   EXPECT_EQ(in_flight.get()->status, 200);
   EXPECT_TRUE(drained.get());
+  EXPECT_EQ(svc.server().cut_off(), 0u);
+}
+
+// The drain timeout bounds the drain: when it passes, every accepted
+// inscription still unanswered is answered 503 at once (the one drawing and
+// the one waiting for a worker), and counted; before, their handlers waited
+// on, for the whole request deadline, and Stop() with them.
+TEST(ServiceLoadTest, DrainTimeoutCutsOffWhatIsLeftAndSaysSo) {
+  GatedRenderer gate;
+  ServerOptions o = SmallOptions();
+  o.workers = 1;
+  o.deadline = std::chrono::seconds(60);
+  Service svc(&gate, o);
+  const std::string jpeg = Photo("chelsea.jpg");
+  const auto post = [&] {
+    auto c = svc.Client();
+    return c.Post("/v1/inscriptions?width=256&height=256", jpeg, "image/jpeg");
+  };
+  auto drawing = std::async(std::launch::async, post);
+  gate.WaitStarted(1);
+  auto waiting = std::async(std::launch::async, post);
+  while (svc.metrics().queue_depth.load() < 1) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(svc.server().Drain(std::chrono::milliseconds(200)));
+  for (auto* f : {&drawing, &waiting}) {
+    ASSERT_EQ(f->wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    auto res = f->get();
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 503);
+    EXPECT_THAT(res->body, HasSubstr("shut down before this inscription was finished"));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(svc.server().cut_off(), 2u);
+  EXPECT_EQ(svc.metrics().rejected.Get("reason=\"cut_off\""), 2u);
+  gate.Release();  // the render still drawing ends; its answer is not sent twice
 }
 
 }  // namespace

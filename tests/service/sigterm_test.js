@@ -47,6 +47,43 @@ async function main() {
   assert.strictEqual(res.headers['content-type'], 'image/png');
   const { code } = await svc.exited;
   assert.strictEqual(code, 0, 'exit 0 after a clean drain');
+
+  // A drain that runs out of time: --drain-timeout bounds it (each accepted
+  // inscription is answered, by its image or by a 503 that says it was cut
+  // off), and the exit code tells which happened (before: the process waited
+  // for every render, answered them all 200, then exited 1 all the same).
+  const short =
+      await startServe(binary, ['--workers', '1', '--drain-timeout', '1', '--drain-delay', '0']);
+  const posts = [];
+  for (let i = 0; i < 3; ++i) {
+    posts.push(post(short.port, '/v1/inscriptions?width=2048&height=2048', photo, {
+      'Content-Type': 'image/jpeg',
+      'Content-Length': photo.length,
+    }));
+  }
+  for (;;) {
+    const m = (await get(short.port, '/metrics')).body.toString();
+    if (/^danqing_renders_in_flight 1$/m.test(m) && /^danqing_render_queue_depth [12]$/m.test(m))
+      break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const signalled = Date.now();
+  short.child.kill('SIGTERM');
+  const answers = await Promise.all(posts);
+  const exit = await short.exited;
+  const seconds = (Date.now() - signalled) / 1000;
+  const statuses = answers.map((a) => a.status);
+  for (const a of answers) {
+    assert(a.status === 200 || a.status === 503, 'answered: ' + a.status);
+    if (a.status === 503)
+      assert.match(a.body.toString(), /shut down before this inscription was finished/);
+  }
+  const cut = statuses.filter((s) => s === 503).length;
+  assert.strictEqual(
+      exit.code, cut > 0 ? 1 : 0, `exit code tells whether renders were cut off (${statuses})`);
+  assert(seconds < 8, `the drain timeout bounds the drain: exited ${seconds} s after SIGTERM`);
+  console.log(
+      `sigterm_test: drain timeout: answers ${statuses}, exit ${exit.code} after ${seconds} s`);
   console.log('sigterm_test: PASS');
 }
 

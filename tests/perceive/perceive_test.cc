@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "image/image.h"
 #include "perceive/perceiver.h"
@@ -196,6 +199,41 @@ TEST_F(PhotoTest, SamePhotoSameScores) {
     EXPECT_DOUBLE_EQ(a.themes[i].score, b.themes[i].score);
   }
   EXPECT_GT(a.features.sky, 0.1);
+}
+
+// One perceiver used by several render workers at once: each detection runs
+// on detectors of its own (they are not thread-safe; ThreadSanitizer checks),
+// and every caller gets what a caller alone gets.
+TEST_F(PhotoTest, ConcurrentCallersSeeWhatOneSees) {
+  auto p = CreateCvPerceiver();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  std::vector<image::Image> photos;
+  for (const char* name : {"astronaut.jpg", "chelsea.jpg", "coffee.jpg"}) {
+    auto img = image::ReadFile(std::string(DANQING_SOURCE_DIR) + "/tests/data/photos/" + name);
+    ASSERT_TRUE(img.ok()) << img.status().ToString();
+    photos.push_back(std::move(img).value());
+  }
+  const auto perceive = [&](const image::Image& img) {
+    auto r =
+        (*p)->Perceive({img.width, img.height, img.rgb.data(), static_cast<size_t>(img.width) * 3});
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->features : SceneFeatures{};
+  };
+  std::vector<SceneFeatures> alone;
+  for (const auto& img : photos) alone.push_back(perceive(img));
+  EXPECT_GE(alone[0].faces, 1);
+  EXPECT_GE(alone[1].cat_faces, 1);
+  std::vector<std::thread> threads;
+  std::vector<SceneFeatures> together(6);
+  for (size_t i = 0; i < together.size(); ++i) {
+    threads.emplace_back([&, i] { together[i] = perceive(photos[i % photos.size()]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < together.size(); ++i) {
+    EXPECT_EQ(together[i].faces, alone[i % photos.size()].faces) << i;
+    EXPECT_EQ(together[i].cat_faces, alone[i % photos.size()].cat_faces) << i;
+    EXPECT_EQ(together[i].vessels, alone[i % photos.size()].vessels) << i;
+  }
 }
 
 }  // namespace

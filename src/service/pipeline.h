@@ -24,7 +24,8 @@ struct InscribeOptions {
   int height = 768;
   std::string style = "xing";            // kai, xing, cao
   std::string background = "landscape";  // landscape, paper, photo
-  std::string format = "png";            // png, jpeg
+  // png, jpeg, or auto: JPEG for every background (see FormatFor).
+  std::string format = "auto";
   bool vertical = true;
   std::string text;       // the visitor's own verse; empty: choose one
   std::string title;      // with text: optional title
@@ -87,6 +88,13 @@ class Pipeline {
   const InscriptionRenderer* const renderer_;
   const PipelineLimits limits_;
 };
+
+// The format an answer is encoded in: "png" and "jpeg" as asked; "auto" is
+// JPEG (quality 90) whatever the background. Every inscription is continuous
+// tone (rice-paper grain, ink diffusion, the wash): at 1920x1080 the PNG is
+// 5-7x the JPEG on landscape, paper and photo alike, and 8x slower to encode
+// (docs/benchmarks.md, "The request's host share").
+std::string ResolveFormat(const std::string& format);
 
 // FNV-1a over the bytes: the photo's seed for verse choice and brushwork.
 uint64_t PhotoHash(std::span<const uint8_t> bytes);

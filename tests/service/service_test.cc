@@ -371,6 +371,26 @@ TEST_F(ServiceTest, BadOptionsAreNamed) {
   ExpectError(PostRaw(jpeg, "&style="), 400, "style");
 }
 
+// format=auto, the default, answers JPEG on every background; png and jpeg are
+// kept as asked.
+TEST_F(ServiceTest, FormatAutoIsJpegAndPngIsKeptWhenAsked) {
+  const std::string jpeg = Photo("chelsea.jpg");
+  for (const char* background : {"landscape", "paper", "photo"}) {
+    for (const char* format : {"", "&format=auto"}) {
+      auto res = PostRaw(jpeg, std::string("&background=") + background + format, "image/jpeg",
+                         /*json_answer=*/false);
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 200) << res->body;
+      EXPECT_EQ(res->get_header_value("Content-Type"), "image/jpeg") << background << format;
+      EXPECT_EQ(res->body.substr(0, 3), "\xff\xd8\xff");
+    }
+  }
+  auto png = PostRaw(jpeg, "&format=png", "image/jpeg", /*json_answer=*/false);
+  ASSERT_TRUE(png);
+  EXPECT_EQ(png->get_header_value("Content-Type"), "image/png");
+  EXPECT_EQ(png->body.substr(0, 4), "\x89PNG");
+}
+
 // What a visitor sends is bounded in bytes before anything is kept: spaces
 // and punctuation are not written, so megabytes of them beside one character
 // passed the 64-character limit and were echoed and cached.

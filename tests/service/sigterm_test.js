@@ -44,7 +44,7 @@ async function main() {
   svc.child.kill('SIGTERM');
   const res = await inFlight;
   assert.strictEqual(res.status, 200, 'the accepted render finishes: ' + res.body.toString().slice(0, 200));
-  assert.strictEqual(res.headers['content-type'], 'image/png');
+  assert.strictEqual(res.headers['content-type'], 'image/jpeg', 'format=auto answers JPEG');
   const { code } = await svc.exited;
   assert.strictEqual(code, 0, 'exit 0 after a clean drain');
 

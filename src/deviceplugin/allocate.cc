@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/atomic_file.h"
+#include "common/printable.h"
 #include "deviceplugin/cdi_driver.h"
 
 namespace danqing::deviceplugin {
@@ -109,11 +110,12 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
   for (const auto& id : ids) {
     const Device* d = resource.Find(id);
     if (d == nullptr) {
-      return InvalidArgument("Allocate for " + resource.name + ": unknown device ID '" + id + "'");
+      return InvalidArgument("Allocate for " + resource.name + ": unknown device ID '" +
+                             Printable(id) + "'");
     }
     if (!d->healthy) {
-      return InvalidArgument("Allocate for " + resource.name + ": device '" + id + "' is unhealthy (" +
-                             d->unhealthy_reason + ")");
+      return InvalidArgument("Allocate for " + resource.name + ": device '" + Printable(id) +
+                             "' is unhealthy (" + d->unhealthy_reason + ")");
     }
     if (seen.insert(id).second) devices.push_back(d);
   }

@@ -5,6 +5,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -240,6 +242,57 @@ TEST_F(PluginTest, BadAllocateRequestsNameTheIdAndResource) {
   auto missing = kubelet_->GetPreferredAllocation(kGpu, {"GPU-gone", all[0]}, {}, 2);
   ASSERT_TRUE(missing.status.ok()) << "a vanished device must not fail admission";
   EXPECT_EQ(missing.device_ids, (std::vector<std::string>{all[0]}));
+}
+
+// Keeps every log line written while it is installed.
+class CapturingSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::vector<std::string> lines() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return lines_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    lines_.emplace_back(msg.payload.data(), msg.payload.size());
+  }
+  void flush_() override {}
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+// Issue 31 (6): device IDs come from the client. A multi-megabyte one must not
+// reach the log or the status whole (a status that large breaks the caller's
+// connection), and one with a newline must not forge a log line.
+TEST_F(PluginTest, ClientDeviceIdsReachErrorsAndLogsBoundedAndEscaped) {
+  LoadNode("a100-8x-nvswitch");
+  auto sink = std::make_shared<CapturingSink>();
+  spdlog::default_logger()->sinks().push_back(sink);  // before any thread of the test logs
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  const std::string forged = "GPU-x\n[2026-12-05 10:00:00.000] [info] plugin: forged line";
+  const std::string huge = "GPU-" + std::string(size_t{3} << 20, 'A');
+  for (const auto& ids : std::vector<std::vector<std::string>>{
+           {forged}, {huge}, {inventory_.gpus[0].uuid, huge + "\n"}}) {
+    auto r = kubelet_->Allocate(kGpu, ids);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << r.status.error_message().size();
+    EXPECT_LT(r.status.error_message().size(), 1024u);
+    EXPECT_EQ(r.status.error_message().find('\n'), std::string::npos);
+    EXPECT_THAT(r.status.error_message(), HasSubstr("unknown device ID"));
+  }
+  manager_.reset();
+  kubelet_.reset();  // no thread logs any more
+  spdlog::default_logger()->sinks().pop_back();
+  int refusals = 0;
+  for (const auto& line : sink->lines()) {
+    EXPECT_LT(line.size(), 2048u);
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+    if (line.find("refused") != std::string::npos) ++refusals;
+  }
+  EXPECT_EQ(refusals, 3);
 }
 
 TEST_F(PluginTest, PreferredAllocationIsTopologyAware) {

@@ -546,6 +546,15 @@ void PluginServer::Engine::Start() {
 void PluginServer::Hub::Publish(std::shared_ptr<const ResourceSet> set) {
   auto list = std::make_shared<const v1beta1::ListAndWatchResponse>(
       ToListAndWatch(set ? set->Find(resource_) : nullptr));
+  // BuildResources keeps every list within kListAndWatchBudgetBytes; should
+  // one still outgrow what the kubelet reads, say so rather than leave the
+  // kubelet's stream to fail without a word.
+  if (const size_t bytes = list->ByteSizeLong(); bytes > kGrpcDefaultMaxMessageBytes) {
+    spdlog::error(
+        "plugin: resource={} ListAndWatch list of {} devices is {} bytes, over the {} bytes "
+        "the kubelet reads: it will not see them",
+        resource_, list->devices_size(), bytes, kGrpcDefaultMaxMessageBytes);
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     set_ = std::move(set);

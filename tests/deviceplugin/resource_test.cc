@@ -1,12 +1,14 @@
 // Resource building (MIG strategies, time-slicing, health propagation) and
 // Allocate responses, on hand-built inventories.
+#include "deviceplugin/resource.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <regex>
 
 #include "deviceplugin/allocate.h"
-#include "deviceplugin/resource.h"
 
 namespace danqing::deviceplugin {
 namespace {
@@ -271,6 +273,64 @@ TEST(ResourceTest, TimeSlicingRenameOntoAnAdvertisedResourceIsAnError) {
   set = BuildResources(Node({g0, MakeGpu(1)}), o);
   ASSERT_FALSE(set.ok());
   EXPECT_THAT(set.status().message(), HasSubstr("another time-slicing entry"));
+}
+
+// Issue 31 (3): the kubelet reads each ListAndWatch message under gRPC's
+// 4 MiB limit. At the bound, a list of devices at their largest encoding
+// stays within the budget, half of that limit.
+TEST(ResourceTest, TheLargestListOfTheLargestDevicesFitsTheListAndWatchBudget) {
+  const size_t n = MaxDevicesPerResource();
+  EXPECT_GT(n, 10'000u);  // room for 8 GPUs x 1000 replicas
+  EXPECT_GE(MaxEncodedDeviceBytes(), kMaxDeviceIdBytes + 9 + 10);  // ID, health, NUMA node
+  v1beta1::ListAndWatchResponse list;
+  for (size_t i = 0; i < n; ++i) {
+    auto* d = list.add_devices();
+    d->set_id(std::string(kMaxDeviceIdBytes, 'x'));
+    d->set_health(std::string(kUnhealthy));
+    d->mutable_topology()->add_nodes()->set_id(std::numeric_limits<int64_t>::min());
+  }
+  EXPECT_LE(list.ByteSizeLong(), kListAndWatchBudgetBytes);
+  EXPECT_LE(kListAndWatchBudgetBytes, kGrpcDefaultMaxMessageBytes / 2);
+}
+
+// More replicas than one ListAndWatch message can carry: refused, naming the
+// limit, before the replicas are made.
+TEST(ResourceTest, TimeSlicingPastTheListAndWatchLimitIsRefusedNamingIt) {
+  std::vector<gpu::Gpu> gpus;
+  for (int i = 0; i < 8; ++i) gpus.push_back(MakeGpu(i));
+  const int max = static_cast<int>(MaxDevicesPerResource());
+  ResourceOptions o;
+  o.time_slicing.push_back({"nvidia.com/gpu", "", max / 8, {}});
+  auto fits = BuildResources(Node(gpus), o);
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  EXPECT_EQ((*fits)->resources[0].devices.size(), static_cast<size_t>(max / 8 * 8));
+
+  o.time_slicing[0].replicas = max / 8 + 1;
+  auto over = BuildResources(Node(gpus), o);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(over.status().message(),
+              HasSubstr("8 device(s) x " + std::to_string(max / 8 + 1) + " replicas"));
+  EXPECT_THAT(over.status().message(), HasSubstr("more than the " + std::to_string(max)));
+  EXPECT_THAT(over.status().message(), HasSubstr("4 MiB"));
+
+  // Renamed, or on some GPUs only: the count of the resource it makes.
+  o.time_slicing[0] = {"nvidia.com/gpu", "nvidia.com/gpu.shared", max / 2 + 1, {"0", "1"}};
+  over = BuildResources(Node(gpus), o);
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("as nvidia.com/gpu.shared"));
+}
+
+// A count far past the limit is refused at once, whatever the node: it
+// must not cost its memory first (the agent's RSS went past 1 GB).
+TEST(ResourceTest, AHugeReplicaCountIsRefusedBeforeAnyReplicaIsMade) {
+  ResourceOptions o;
+  o.time_slicing.push_back({"nvidia.com/gpu", "", std::numeric_limits<int>::max(), {}});
+  auto over = BuildResources(Node({MakeGpu(0), MakeGpu(1)}), o);
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("2147483647 replicas per device"));
+  o.time_slicing[0].name = "nvidia.com/not-on-this-node";
+  EXPECT_FALSE(BuildResources(Node({MakeGpu(0)}), o).ok());
 }
 
 TEST(ResourceTest, HealthPropagatesToEveryReplicaAndMigDevice) {

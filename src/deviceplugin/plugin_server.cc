@@ -462,6 +462,11 @@ grpc::Status GetPreferredAllocation(PluginServer::Hub& hub, const v1beta1::Prefe
                                     v1beta1::PreferredAllocationResponse* resp) {
   hub.counters->preferred_calls++;
   CallTimer timer(metrics::AgentMetrics().preferred_seconds.WithLabels({hub.resource()}));
+  // Nothing is sized by the request before its bounds are checked.
+  if (Status st = CheckPreferredAllocationRequest(req); !st.ok()) {
+    spdlog::warn("preferred allocation: resource={} refused: {}", hub.resource(), st.message());
+    return ToGrpc(st);
+  }
   auto set = hub.set();
   const Resource* resource = set ? set->Find(hub.resource()) : nullptr;
   std::shared_ptr<const PreferredAllocator> alloc;
@@ -472,11 +477,13 @@ grpc::Status GetPreferredAllocation(PluginServer::Hub& hub, const v1beta1::Prefe
     auto* cresp = resp->add_container_responses();
     if (resource == nullptr || alloc == nullptr) continue;  // never fail: the kubelet fills in
     // Unhealthy devices are never preferred.
+    const std::vector<std::string> asked(creq.available_deviceids().begin(),
+                                         creq.available_deviceids().end());
+    const std::vector<const Device*> found = resource->FindEach(asked);
     std::vector<std::string> available;
-    available.reserve(static_cast<size_t>(creq.available_deviceids_size()));
-    for (const auto& id : creq.available_deviceids()) {
-      const Device* d = resource->Find(id);
-      if (d != nullptr && d->healthy) available.push_back(id);
+    available.reserve(asked.size());
+    for (size_t i = 0; i < asked.size(); ++i) {
+      if (found[i] != nullptr && found[i]->healthy) available.push_back(asked[i]);
     }
     std::vector<std::string> must(creq.must_include_deviceids().begin(), creq.must_include_deviceids().end());
     for (auto& id : alloc->Choose(available, must, creq.allocation_size())) {
@@ -495,6 +502,10 @@ grpc::Status Allocate(PluginServer::Hub& hub, const v1beta1::AllocateRequest& re
     metrics::AgentMetrics().allocate_errors.WithLabels({hub.resource()}).Inc();
     return status;
   };
+  if (Status st = CheckAllocateRequest(req); !st.ok()) {
+    spdlog::warn("allocate: resource={} refused: {}", hub.resource(), st.message());
+    return refuse(ToGrpc(st));
+  }
   auto set = hub.set();
   const Resource* resource = set ? set->Find(hub.resource()) : nullptr;
   if (resource == nullptr) {

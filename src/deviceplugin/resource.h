@@ -78,6 +78,9 @@ struct Resource {
   bool fail_requests_greater_than_one = false;
 
   const Device* Find(std::string_view id) const;
+  // Find for each of `ids` (null where unknown), in time linear in the IDs
+  // and devices together: a request may name thousands.
+  std::vector<const Device*> FindEach(const std::vector<std::string>& ids) const;
   bool operator==(const Resource&) const = default;
 };
 

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -273,7 +274,7 @@ TEST_F(PluginTest, ClientDeviceIdsReachErrorsAndLogsBoundedAndEscaped) {
   StartPlugin();
   ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
   const std::string forged = "GPU-x\n[2026-12-05 10:00:00.000] [info] plugin: forged line";
-  const std::string huge = "GPU-" + std::string(size_t{3} << 20, 'A');
+  const std::string huge = "GPU-" + std::string(size_t{200} << 10, 'A');
   for (const auto& ids : std::vector<std::vector<std::string>>{
            {forged}, {huge}, {inventory_.gpus[0].uuid, huge + "\n"}}) {
     auto r = kubelet_->Allocate(kGpu, ids);
@@ -281,8 +282,9 @@ TEST_F(PluginTest, ClientDeviceIdsReachErrorsAndLogsBoundedAndEscaped) {
         << r.status.error_message().size();
     EXPECT_LT(r.status.error_message().size(), 1024u);
     EXPECT_EQ(r.status.error_message().find('\n'), std::string::npos);
-    EXPECT_THAT(r.status.error_message(), HasSubstr("unknown device ID"));
   }
+  EXPECT_THAT(kubelet_->Allocate(kGpu, {forged}).status.error_message(),
+              HasSubstr("unknown device ID 'GPU-x\\n[2026"));
   manager_.reset();
   kubelet_.reset();  // no thread logs any more
   spdlog::default_logger()->sinks().pop_back();
@@ -292,7 +294,55 @@ TEST_F(PluginTest, ClientDeviceIdsReachErrorsAndLogsBoundedAndEscaped) {
     EXPECT_EQ(line.find('\n'), std::string::npos) << line;
     if (line.find("refused") != std::string::npos) ++refusals;
   }
-  EXPECT_EQ(refusals, 3);
+  EXPECT_EQ(refusals, 4);
+}
+
+// Issue 31 (1): one GetPreferredAllocation with a huge allocation_size made
+// the allocator reserve that many entries: std::bad_alloc, the agent gone.
+// Every request field that sizes work is bounded at the edge, and the server
+// answers the next call.
+TEST_F(PluginTest, RequestFieldsThatSizeWorkAreBoundedAtTheEdge) {
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  std::vector<std::string> all;
+  for (const auto& g : inventory_.gpus) all.push_back(g.uuid);
+
+  auto huge = kubelet_->GetPreferredAllocation(kGpu, all, {}, std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(huge.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(huge.status.error_message(), HasSubstr("allocation_size 2147483647"));
+  auto negative = kubelet_->GetPreferredAllocation(kGpu, all, {}, -5);
+  EXPECT_EQ(negative.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // More IDs than any resource may have, and IDs longer than any advertised.
+  const std::vector<std::string> many(MaxDevicesPerResource() + 1, "x");
+  auto long_list = kubelet_->GetPreferredAllocation(kGpu, all, many, 2);
+  EXPECT_EQ(long_list.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto too_many = kubelet_->Allocate(kGpu, many);
+  EXPECT_EQ(too_many.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_many.status.error_message(), HasSubstr("device IDs, more than"));
+  auto long_id = kubelet_->GetPreferredAllocation(kGpu, {std::string(100'000, 'G')}, {}, 1);
+  EXPECT_EQ(long_id.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(long_id.status.error_message().size(), 512u);
+
+  // Many container requests in one call (the kubelet sends one).
+  auto channel = grpc::CreateChannel("unix:" + dir_ + "/" + SocketNameFor(kGpu),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::DevicePlugin::NewStub(channel);
+  v1beta1::AllocateRequest req;
+  for (int i = 0; i <= kMaxContainerRequests; ++i)
+    req.add_container_requests()->add_devices_ids(all[0]);
+  v1beta1::AllocateResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  EXPECT_EQ(stub->Allocate(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // Still serving, and a request within the bounds is answered as before.
+  auto pref = kubelet_->GetPreferredAllocation(kGpu, all, {}, 8);
+  ASSERT_TRUE(pref.status.ok()) << pref.status.error_message();
+  EXPECT_THAT(pref.device_ids, SizeIs(8));
+  EXPECT_TRUE(kubelet_->Allocate(kGpu, {all[1], all[2]}).status.ok());
 }
 
 TEST_F(PluginTest, PreferredAllocationIsTopologyAware) {

@@ -365,6 +365,51 @@ Resource GpuResource(int n, int replicas = 1) {
   return (*set)->resources[0];
 }
 
+// Issue 31 (1): no request field may size an allocation or a loop unchecked.
+TEST(AllocateTest, RequestsPastTheBoundsAreRefusedBeforeAnythingIsSized) {
+  const auto max = static_cast<int>(MaxDevicesPerResource());
+  v1beta1::PreferredAllocationRequest pref;
+  auto* c = pref.add_container_requests();
+  c->add_available_deviceids("GPU-0");
+  c->set_allocation_size(max);
+  EXPECT_TRUE(CheckPreferredAllocationRequest(pref).ok());
+  for (int size : {-1, max + 1, std::numeric_limits<int>::max()}) {
+    c->set_allocation_size(size);
+    Status st = CheckPreferredAllocationRequest(pref);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << size;
+    EXPECT_THAT(st.message(), HasSubstr("allocation_size " + std::to_string(size)));
+  }
+  c->set_allocation_size(1);
+  for (int i = 0; i <= max; ++i) c->add_must_include_deviceids("GPU-0");
+  EXPECT_THAT(CheckPreferredAllocationRequest(pref).message(),
+              HasSubstr("names " + std::to_string(max + 1)));
+  c->clear_must_include_deviceids();
+  c->add_must_include_deviceids(std::string(kMaxDeviceIdBytes + 1, 'G') + "\n");
+  EXPECT_THAT(CheckPreferredAllocationRequest(pref).message(), HasSubstr("longer than any"));
+  EXPECT_EQ(CheckPreferredAllocationRequest(pref).message().find('\n'), std::string::npos);
+  c->clear_must_include_deviceids();
+  for (int i = 0; i < kMaxContainerRequests; ++i) *pref.add_container_requests() = *c;
+  EXPECT_THAT(CheckPreferredAllocationRequest(pref).message(), HasSubstr("container requests"));
+  // Every list at its bound, but too many in all.
+  pref.clear_container_requests();
+  for (int k = 0; k < 3; ++k) {
+    auto* full = pref.add_container_requests();
+    for (int i = 0; i < max; ++i) full->add_available_deviceids("GPU-0");
+  }
+  EXPECT_THAT(CheckPreferredAllocationRequest(pref).message(), HasSubstr("in all"));
+
+  v1beta1::AllocateRequest alloc;
+  alloc.add_container_requests()->add_devices_ids("GPU-0");
+  EXPECT_TRUE(CheckAllocateRequest(alloc).ok());
+  for (int i = 0; i < max; ++i) alloc.mutable_container_requests(0)->add_devices_ids("GPU-0");
+  EXPECT_EQ(CheckAllocateRequest(alloc).code(), StatusCode::kInvalidArgument);
+  alloc.clear_container_requests();
+  alloc.add_container_requests()->add_devices_ids(std::string(size_t{1} << 20, 'x'));
+  Status st = CheckAllocateRequest(alloc);
+  EXPECT_THAT(st.message(), HasSubstr("1048576 bytes"));
+  EXPECT_LT(st.message().size(), 512u);
+}
+
 TEST(AllocateTest, VolumeMountsStrategy) {
   AllocateOptions o;
   o.device_list_strategies = {DeviceListStrategy::kVolumeMounts};

@@ -613,9 +613,12 @@ Status PluginServer::Start(std::shared_ptr<const ResourceSet> set) {
   ::unlink(socket_path_.c_str());  // a stale socket from an earlier run
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
-  // Only the local kubelet talks to this socket: skip the optional filters
-  // (census, deadline, message-size) on every call.
-  builder.AddChannelArgument(GRPC_ARG_MINIMAL_STACK, 1);
+  // A request is read whole before any handler sees it: its size is the
+  // first bound (issue 31). gRPC's minimal stack (GRPC_ARG_MINIMAL_STACK,
+  // ~20 us less per call) leaves out the message-size filter, and with it
+  // any limit: a client could make the agent buffer a request of any size.
+  // So the full stack, with the kubelet's own limit stated.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kGrpcDefaultMaxMessageBytes));
   auto engine = std::make_unique<Engine>(std::move(hub), builder);
   server_ = builder.BuildAndStart();
   if (!server_) {

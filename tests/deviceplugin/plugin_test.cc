@@ -599,6 +599,14 @@ TEST_F(PluginTest, AnInotifyOverflowDoesNotRegisterAStandingRegistrationAgain) {
   ASSERT_TRUE(kubelet_->WaitForOpenStreams(kGpu, 1, 5s));
   ASSERT_TRUE(kubelet_->WaitForOpenStreams(shared, 1, 5s));
   ASSERT_TRUE(WaitForPluginStreams(2));
+  // Both Registers answered: the emulator reads its reply delay after opening
+  // the stream, so one still being answered would take the 8 s set below
+  // (under load: the re-registration then came too late for the test).
+  ASSERT_TRUE(WaitForStatuses([](const std::vector<ResourceStatus>& statuses) {
+    return statuses.size() == 2 &&
+           std::all_of(statuses.begin(), statuses.end(),
+                       [](const ResourceStatus& st) { return st.registered; });
+  }));
   const int calls = kubelet_->RegisterCalls();
 
   // More events than the queue holds; a host with a much larger queue is

@@ -7,7 +7,9 @@
 // device, or time-slicing replicas); the rest is the ID list, one per line.
 // Oracle: a response is only built for known, healthy IDs, and
 // NVIDIA_VISIBLE_DEVICES (or, with volume-mounts, the mounts) names each
-// requested device exactly once.
+// requested device exactly once. A refusal, by BuildContainerResponse or by
+// the request bounds (CheckAllocateRequest), has a message of bounded size
+// on one line whatever bytes the IDs hold (issue 31).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -105,9 +107,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (size > 1) ids.push_back(cur);
 
+  // Client bytes reach a message only escaped and cut (common/printable.h).
+  const auto check_message = [](const std::string& m) {
+    if (m.empty() || m.size() > 2048) std::abort();
+    for (char c : m) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) std::abort();
+    }
+  };
+  v1beta1::AllocateRequest req;
+  auto* creq = req.add_container_requests();
+  for (const auto& id : ids) creq->add_devices_ids(id);
+  if (danqing::Status st = dp::CheckAllocateRequest(req); !st.ok()) check_message(st.message());
+
   auto resp = dp::BuildContainerResponse(resource, ids, options);
   if (!resp.ok()) {
-    if (resp.status().message().empty()) std::abort();
+    check_message(resp.status().message());
     return 0;
   }
   if (ids.empty()) std::abort();

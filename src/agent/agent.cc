@@ -3,13 +3,14 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "agent/labels.h"
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"
-#include "metrics/agent_metrics.h"
 #include "gpu/nvml_backend.h"
+#include "metrics/agent_metrics.h"
 
 namespace danqing::agent {
 namespace {
@@ -109,12 +110,79 @@ deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg) {
   return m;
 }
 
+std::vector<std::string> KeepUnreadableGpus(const gpu::NodeInventory& previous,
+                                            gpu::NodeInventory& fresh) {
+  std::vector<const gpu::Gpu*> kept;
+  std::vector<gpu::DeviceError> errors;
+  for (auto& e : fresh.errors) {
+    const gpu::Gpu* was = nullptr;
+    for (const auto& g : previous.gpus) {
+      if (e.uuid.empty() ? g.index == e.index : g.uuid == e.uuid) {
+        was = &g;
+        break;
+      }
+    }
+    // A MIG device's error names its GPU, which this discovery did read.
+    if (was == nullptr || fresh.FindGpu(was->uuid) != nullptr ||
+        std::find(kept.begin(), kept.end(), was) != kept.end()) {
+      errors.push_back(std::move(e));
+      continue;
+    }
+    kept.push_back(was);
+  }
+  if (kept.empty()) return {};
+
+  // The GPUs in NVML index order, each with its position in either inventory.
+  struct Entry {
+    gpu::Gpu gpu;
+    int fresh_pos = -1;
+    int previous_pos = -1;
+  };
+  auto previous_pos = [&](const std::string& uuid) {
+    for (size_t i = 0; i < previous.gpus.size(); ++i) {
+      if (previous.gpus[i].uuid == uuid) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  std::vector<Entry> all;
+  for (size_t i = 0; i < fresh.gpus.size(); ++i) {
+    all.push_back({fresh.gpus[i], static_cast<int>(i), previous_pos(fresh.gpus[i].uuid)});
+  }
+  for (const gpu::Gpu* g : kept) all.push_back({*g, -1, previous_pos(g->uuid)});
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Entry& a, const Entry& b) { return a.gpu.index < b.gpu.index; });
+
+  gpu::Topology topology(all.size());
+  for (size_t a = 0; a < all.size(); ++a) {
+    for (size_t b = 0; b < all.size(); ++b) {
+      const Entry& x = all[a];
+      const Entry& y = all[b];
+      if (x.fresh_pos >= 0 && y.fresh_pos >= 0) {
+        topology.at(a, b) =
+            fresh.topology.at(static_cast<size_t>(x.fresh_pos), static_cast<size_t>(y.fresh_pos));
+      } else if (x.previous_pos >= 0 && y.previous_pos >= 0) {
+        topology.at(a, b) = previous.topology.at(static_cast<size_t>(x.previous_pos),
+                                                 static_cast<size_t>(y.previous_pos));
+      }
+    }
+  }
+  fresh.gpus.clear();
+  for (auto& e : all) fresh.gpus.push_back(std::move(e.gpu));
+  fresh.topology = std::move(topology);
+  fresh.errors = std::move(errors);
+  std::vector<std::string> uuids;
+  for (const gpu::Gpu* g : kept) uuids.push_back(g->uuid);
+  return uuids;
+}
+
 Agent::Agent(BackendFactory factory, std::function<void()> request_reload)
     : factory_(std::move(factory)), request_reload_(std::move(request_reload)) {}
 
 Agent::~Agent() { Stop(); }
 
-Result<Agent::Built> Agent::Build(const config::Config& cfg, std::unique_ptr<gpu::GpuBackend>& backend) {
+Result<Agent::Built> Agent::Build(const config::Config& cfg,
+                                  std::unique_ptr<gpu::GpuBackend>& backend,
+                                  const gpu::NodeInventory* previous) {
   if (!backend) {
     auto b = factory_(cfg);
     if (!b.ok()) return b.status();
@@ -122,6 +190,14 @@ Result<Agent::Built> Agent::Build(const config::Config& cfg, std::unique_ptr<gpu
   }
   auto inv = backend->Discover();
   if (!inv.ok()) return inv.status();
+  if (previous != nullptr) {
+    for (const auto& uuid : KeepUnreadableGpus(*previous, *inv)) {
+      spdlog::warn(
+          "agent: GPU {} does not answer this discovery; kept as it was, unhealthy until it "
+          "answers",
+          uuid);
+    }
+  }
   for (const auto& e : inv->errors) {
     spdlog::warn("agent: GPU {} {} left out: {}", e.index, e.uuid, e.status.ToString());
   }
@@ -268,7 +344,7 @@ Status Agent::Reload(const config::Config& cfg) {
   const bool new_backend = !backend_ || NvmlLibraryFor(cfg) != nvml_lib_;
   std::unique_ptr<gpu::GpuBackend> fresh;
   if (degraded_) cfg_ = cfg;  // the retry thread uses the newest configuration
-  auto built = Build(cfg, new_backend ? fresh : backend_);
+  auto built = Build(cfg, new_backend ? fresh : backend_, inventory_.get());
   if (!built.ok()) return built.status().WithContext("reload kept the running configuration");
   const bool health_changed =
       !checker_ || cfg.danqing.disable_health_checks != cfg_.danqing.disable_health_checks ||

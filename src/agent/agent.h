@@ -46,6 +46,16 @@ deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg);
 // The health checker's options; INVALID_ARGUMENT for a bad XID selection.
 Result<health::CheckerOptions> HealthOptionsFrom(const config::Config& cfg);
 
+// After a rediscovery: every GPU of `previous` that `fresh` lists among its
+// errors (lost, or unreadable, at this discovery: by UUID, or by NVML index
+// when the UUID could not be read) and does not list as a GPU is put back
+// into `fresh` as `previous` knew it (its MIG devices and topology links
+// too), and its error removed. A GPU that NVML no longer counts is not kept.
+// Health checks then keep such a GPU listed as unhealthy until it answers,
+// as they do between reloads. Returns the UUIDs kept.
+std::vector<std::string> KeepUnreadableGpus(const gpu::NodeInventory& previous,
+                                            gpu::NodeInventory& fresh);
+
 class Agent {
  public:
   // `request_reload`, when set, is called (from the agent's event thread)
@@ -85,7 +95,10 @@ class Agent {
     std::shared_ptr<const deviceplugin::ResourceSet> set;
   };
   // Discovers through `backend` (created from the factory when null).
-  Result<Built> Build(const config::Config& cfg, std::unique_ptr<gpu::GpuBackend>& backend);
+  // `previous`, when given, is the inventory being replaced: GPUs it had that
+  // this discovery cannot read are kept (KeepUnreadableGpus).
+  Result<Built> Build(const config::Config& cfg, std::unique_ptr<gpu::GpuBackend>& backend,
+                      const gpu::NodeInventory* previous = nullptr);
 
   // Publishes `base_` with the given health to the plugin servers.
   void Publish(const std::map<std::string, std::string>& unhealthy);

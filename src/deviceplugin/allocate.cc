@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/atomic_file.h"
+#include "common/printable.h"
 #include "deviceplugin/cdi_driver.h"
 
 namespace danqing::deviceplugin {
@@ -94,6 +95,83 @@ Result<MigCapMinors> ParseMigCapMinors(std::string_view text) {
   return out;
 }
 
+namespace {
+
+// One list of device IDs of a request: at most MaxDevicesPerResource() IDs,
+// none longer than kMaxDeviceIdBytes; `total` counts the IDs of the whole
+// request, at most `total_max`.
+Status CheckIds(const google::protobuf::RepeatedPtrField<std::string>& ids, const std::string& what,
+                size_t& total, size_t total_max) {
+  const size_t max = MaxDevicesPerResource();
+  const auto n = static_cast<size_t>(ids.size());
+  if (n > max) {
+    return InvalidArgument(what + " names " + std::to_string(n) + " device IDs, more than the " +
+                           std::to_string(max) + " a resource may advertise");
+  }
+  for (const auto& id : ids) {
+    if (id.size() > kMaxDeviceIdBytes) {
+      return InvalidArgument(what + " holds a device ID of " + std::to_string(id.size()) +
+                             " bytes, longer than any this plugin advertises (" +
+                             std::to_string(kMaxDeviceIdBytes) + "): '" + Printable(id, 64) + "'");
+    }
+  }
+  total += n;
+  if (total > total_max) {
+    return InvalidArgument("the request names more than " + std::to_string(total_max) +
+                           " device IDs in all");
+  }
+  return Status::Ok();
+}
+
+Status CheckContainerCount(int n, std::string_view rpc) {
+  if (n > kMaxContainerRequests) {
+    return InvalidArgument(std::string(rpc) + " holds " + std::to_string(n) +
+                           " container requests, more than " +
+                           std::to_string(kMaxContainerRequests) + " (the kubelet sends one)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckAllocateRequest(const v1beta1::AllocateRequest& req) {
+  if (Status st = CheckContainerCount(req.container_requests_size(), "Allocate"); !st.ok())
+    return st;
+  size_t total = 0;
+  for (int i = 0; i < req.container_requests_size(); ++i) {
+    // A pod cannot be given more devices than the resource has.
+    Status st =
+        CheckIds(req.container_requests(i).devices_ids(),
+                 "Allocate container request " + std::to_string(i), total, MaxDevicesPerResource());
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+Status CheckPreferredAllocationRequest(const v1beta1::PreferredAllocationRequest& req) {
+  if (Status st = CheckContainerCount(req.container_requests_size(), "GetPreferredAllocation");
+      !st.ok()) {
+    return st;
+  }
+  const size_t max = MaxDevicesPerResource();
+  size_t total = 0;
+  for (int i = 0; i < req.container_requests_size(); ++i) {
+    const auto& creq = req.container_requests(i);
+    const std::string what = "GetPreferredAllocation container request " + std::to_string(i);
+    if (creq.allocation_size() < 0 || static_cast<size_t>(creq.allocation_size()) > max) {
+      return InvalidArgument(what + ": allocation_size " + std::to_string(creq.allocation_size()) +
+                             " is not between 0 and " + std::to_string(max) +
+                             ", the most devices a resource may advertise");
+    }
+    // The available devices and those already chosen: each at most the
+    // resource's devices.
+    for (const auto* ids : {&creq.available_deviceids(), &creq.must_include_deviceids()}) {
+      if (Status st = CheckIds(*ids, what, total, 2 * max); !st.ok()) return st;
+    }
+  }
+  return Status::Ok();
+}
+
 Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
     const Resource& resource, const std::vector<std::string>& ids, const AllocateOptions& options) {
   if (ids.empty()) {
@@ -106,14 +184,17 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
   }
   std::vector<const Device*> devices;
   std::set<std::string> seen;
-  for (const auto& id : ids) {
-    const Device* d = resource.Find(id);
+  const std::vector<const Device*> found = resource.FindEach(ids);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string& id = ids[i];
+    const Device* d = found[i];
     if (d == nullptr) {
-      return InvalidArgument("Allocate for " + resource.name + ": unknown device ID '" + id + "'");
+      return InvalidArgument("Allocate for " + resource.name + ": unknown device ID '" +
+                             Printable(id) + "'");
     }
     if (!d->healthy) {
-      return InvalidArgument("Allocate for " + resource.name + ": device '" + id + "' is unhealthy (" +
-                             d->unhealthy_reason + ")");
+      return InvalidArgument("Allocate for " + resource.name + ": device '" + Printable(id) +
+                             "' is unhealthy (" + d->unhealthy_reason + ")");
     }
     if (seen.insert(id).second) devices.push_back(d);
   }

@@ -53,9 +53,25 @@ std::vector<std::string> ControlNodes(const std::string& dev_root);
 inline constexpr std::string_view kVisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES";
 inline constexpr std::string_view kVolumeMountDir = "/var/run/nvidia-container-devices";
 
+// The bounds of a kubelet request, checked before anything is sized by it.
+// A kubelet asks for one container per call, naming devices the plugin
+// advertised: no list may name more IDs than a resource may have
+// (MaxDevicesPerResource), no ID be longer than the plugin's longest
+// (kMaxDeviceIdBytes), no allocation_size be negative or larger than a
+// resource may have, and a call may hold at most kMaxContainerRequests
+// containers and, all lists together, MaxDevicesPerResource() IDs (Allocate:
+// a pod cannot be given more) or twice that (GetPreferredAllocation: the
+// available and the must-include lists).
+// INVALID_ARGUMENT, saying which bound and with the offending value made
+// Printable, otherwise OK.
+inline constexpr int kMaxContainerRequests = 64;
+Status CheckAllocateRequest(const v1beta1::AllocateRequest& req);
+Status CheckPreferredAllocationRequest(const v1beta1::PreferredAllocationRequest& req);
+
 // Validates `ids` against `resource` and builds one container's response.
 // INVALID_ARGUMENT, naming the ID and the resource, for: no IDs, an unknown
 // ID, an unhealthy device, or more than one ID where the resource allows one.
+// IDs are echoed in messages through Printable (common/printable.h).
 Result<v1beta1::ContainerAllocateResponse> BuildContainerResponse(
     const Resource& resource, const std::vector<std::string>& ids, const AllocateOptions& options);
 

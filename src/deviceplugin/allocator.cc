@@ -542,9 +542,11 @@ std::vector<std::string> PreferredAllocator::Choose(const std::vector<std::strin
   std::sort(must_known.begin(), must_known.end());
   std::sort(must_unknown.begin(), must_unknown.end());
   must_unknown.erase(std::unique(must_unknown.begin(), must_unknown.end()), must_unknown.end());
+  // The answer holds must_include and at most every device: never reserve
+  // what `size` asks for (a caller's number) beyond that.
+  const size_t must = must_known.size() + must_unknown.size();
   std::vector<std::string> result;
-  result.reserve(std::max<size_t>(must_known.size() + must_unknown.size(),
-                                  static_cast<size_t>(std::max(size, 0))));
+  result.reserve(std::min(must + nd, std::max(must, static_cast<size_t>(std::max(size, 0)))));
   for (int pos : must_known) result.push_back(devices_[static_cast<size_t>(pos)].id);
   for (std::string& id : must_unknown) result.push_back(std::move(id));
   if (size <= 0 || result.size() >= static_cast<size_t>(size)) return result;

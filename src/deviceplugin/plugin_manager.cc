@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/printable.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "metrics/agent_metrics.h"
 
@@ -454,7 +455,7 @@ void PluginManager::TryRegister(Entry& e) {
     e.retry_at = *e.last_registered + options_.register_timeout;  // CheckStreams: has the stream come?
     spdlog::info("plugin: resource={} registered with the kubelet (endpoint {})", e.resource, e.socket_name);
   } else {
-    e.last_error = "Register: " + st.error_message();
+    e.last_error = "Register: " + Printable(st.error_message());  // the kubelet's words
     metrics::AgentMetrics().registration_failures.WithLabels({e.resource}).Inc();
     auto wait = e.backoff;
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -465,8 +466,8 @@ void PluginManager::TryRegister(Entry& e) {
       wait = std::max({wait, options_.stream_settle, options_.register_timeout});
     }
     e.retry_at = Clock::now() + wait;
-    spdlog::warn("plugin: resource={} Register failed ({}), retry in {} ms", e.resource, st.error_message(),
-                 wait.count());
+    spdlog::warn("plugin: resource={} Register failed ({}), retry in {} ms", e.resource,
+                 Printable(st.error_message()), wait.count());
     e.backoff = std::min(e.backoff * 2, options_.max_backoff);
   }
 }

@@ -462,6 +462,11 @@ grpc::Status GetPreferredAllocation(PluginServer::Hub& hub, const v1beta1::Prefe
                                     v1beta1::PreferredAllocationResponse* resp) {
   hub.counters->preferred_calls++;
   CallTimer timer(metrics::AgentMetrics().preferred_seconds.WithLabels({hub.resource()}));
+  // Nothing is sized by the request before its bounds are checked.
+  if (Status st = CheckPreferredAllocationRequest(req); !st.ok()) {
+    spdlog::warn("preferred allocation: resource={} refused: {}", hub.resource(), st.message());
+    return ToGrpc(st);
+  }
   auto set = hub.set();
   const Resource* resource = set ? set->Find(hub.resource()) : nullptr;
   std::shared_ptr<const PreferredAllocator> alloc;
@@ -472,11 +477,13 @@ grpc::Status GetPreferredAllocation(PluginServer::Hub& hub, const v1beta1::Prefe
     auto* cresp = resp->add_container_responses();
     if (resource == nullptr || alloc == nullptr) continue;  // never fail: the kubelet fills in
     // Unhealthy devices are never preferred.
+    const std::vector<std::string> asked(creq.available_deviceids().begin(),
+                                         creq.available_deviceids().end());
+    const std::vector<const Device*> found = resource->FindEach(asked);
     std::vector<std::string> available;
-    available.reserve(static_cast<size_t>(creq.available_deviceids_size()));
-    for (const auto& id : creq.available_deviceids()) {
-      const Device* d = resource->Find(id);
-      if (d != nullptr && d->healthy) available.push_back(id);
+    available.reserve(asked.size());
+    for (size_t i = 0; i < asked.size(); ++i) {
+      if (found[i] != nullptr && found[i]->healthy) available.push_back(asked[i]);
     }
     std::vector<std::string> must(creq.must_include_deviceids().begin(), creq.must_include_deviceids().end());
     for (auto& id : alloc->Choose(available, must, creq.allocation_size())) {
@@ -495,6 +502,10 @@ grpc::Status Allocate(PluginServer::Hub& hub, const v1beta1::AllocateRequest& re
     metrics::AgentMetrics().allocate_errors.WithLabels({hub.resource()}).Inc();
     return status;
   };
+  if (Status st = CheckAllocateRequest(req); !st.ok()) {
+    spdlog::warn("allocate: resource={} refused: {}", hub.resource(), st.message());
+    return refuse(ToGrpc(st));
+  }
   auto set = hub.set();
   const Resource* resource = set ? set->Find(hub.resource()) : nullptr;
   if (resource == nullptr) {
@@ -546,6 +557,15 @@ void PluginServer::Engine::Start() {
 void PluginServer::Hub::Publish(std::shared_ptr<const ResourceSet> set) {
   auto list = std::make_shared<const v1beta1::ListAndWatchResponse>(
       ToListAndWatch(set ? set->Find(resource_) : nullptr));
+  // BuildResources keeps every list within kListAndWatchBudgetBytes; should
+  // one still outgrow what the kubelet reads, say so rather than leave the
+  // kubelet's stream to fail without a word.
+  if (const size_t bytes = list->ByteSizeLong(); bytes > kGrpcDefaultMaxMessageBytes) {
+    spdlog::error(
+        "plugin: resource={} ListAndWatch list of {} devices is {} bytes, over the {} bytes "
+        "the kubelet reads: it will not see them",
+        resource_, list->devices_size(), bytes, kGrpcDefaultMaxMessageBytes);
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     set_ = std::move(set);
@@ -593,9 +613,12 @@ Status PluginServer::Start(std::shared_ptr<const ResourceSet> set) {
   ::unlink(socket_path_.c_str());  // a stale socket from an earlier run
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
-  // Only the local kubelet talks to this socket: skip the optional filters
-  // (census, deadline, message-size) on every call.
-  builder.AddChannelArgument(GRPC_ARG_MINIMAL_STACK, 1);
+  // A request is read whole before any handler sees it: its size is the
+  // first bound (issue 31). gRPC's minimal stack (GRPC_ARG_MINIMAL_STACK,
+  // ~20 us less per call) leaves out the message-size filter, and with it
+  // any limit: a client could make the agent buffer a request of any size.
+  // So the full stack, with the kubelet's own limit stated.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kGrpcDefaultMaxMessageBytes));
   auto engine = std::make_unique<Engine>(std::move(hub), builder);
   server_ = builder.BuildAndStart();
   if (!server_) {

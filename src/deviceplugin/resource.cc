@@ -1,7 +1,11 @@
 #include "deviceplugin/resource.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
+#include <unordered_map>
+
+#include "deviceplugin/v1beta1/api.pb.h"
 
 namespace danqing::deviceplugin {
 namespace {
@@ -136,6 +140,18 @@ bool Selected(const Device& d, const std::vector<std::string>& selector) {
   });
 }
 
+// The refusal of a resource with more devices than its ListAndWatch message
+// can carry.
+std::string OverLimit(const std::string& name, uint64_t devices) {
+  return "would advertise " + std::to_string(devices) + " devices as " + name + ", more than the " +
+         std::to_string(MaxDevicesPerResource()) +
+         " one resource may have: its ListAndWatch message, up to " +
+         std::to_string(MaxEncodedDeviceBytes()) + " bytes per device, must stay within " +
+         std::to_string(kListAndWatchBudgetBytes >> 20) + " MiB, half of gRPC's " +
+         std::to_string(kGrpcDefaultMaxMessageBytes >> 20) +
+         " MiB message limit, or the kubelet cannot read it";
+}
+
 Status ApplyTimeSlicing(const ResourceOptions& opts, std::vector<Resource>& out,
                         std::vector<std::string>& warnings) {
   std::set<std::string> done;
@@ -143,6 +159,11 @@ Status ApplyTimeSlicing(const ResourceOptions& opts, std::vector<Resource>& out,
     if (ts.replicas < 1) {
       return InvalidArgument("time-slicing of " + ts.name + ": replicas must be at least 1, got " +
                              std::to_string(ts.replicas));
+    }
+    // Whatever the node: one device's replicas alone must fit.
+    if (static_cast<uint64_t>(ts.replicas) > MaxDevicesPerResource()) {
+      return InvalidArgument("time-slicing of " + ts.name + ": " + std::to_string(ts.replicas) +
+                             " replicas per device " + OverLimit(ts.name, ts.replicas));
     }
     if (!done.insert(ts.name).second) {
       return InvalidArgument("time-slicing of " + ts.name + " is configured twice");
@@ -197,7 +218,17 @@ Status ApplyTimeSlicing(const ResourceOptions& opts, std::vector<Resource>& out,
                              ", which this node already advertises (or another time-slicing entry "
                              "uses); choose another rename");
     }
+    // Counted before a replica is made: a count that does not fit must not
+    // cost its memory first.
+    const uint64_t advertised =
+        static_cast<uint64_t>(shared.size()) * static_cast<uint64_t>(ts.replicas);
+    if (advertised > MaxDevicesPerResource()) {
+      return InvalidArgument("time-slicing of " + ts.name + ": " + std::to_string(shared.size()) +
+                             " device(s) x " + std::to_string(ts.replicas) + " replicas " +
+                             OverLimit(name, advertised));
+    }
     std::vector<Device> replicas;
+    replicas.reserve(static_cast<size_t>(advertised));
     for (const auto& d : shared) {
       for (int k = 0; k < ts.replicas; ++k) {
         Device r = d;
@@ -237,6 +268,23 @@ std::shared_ptr<ResourceSet> WithAllocators(ResourceSet set, const gpu::Topology
 
 }  // namespace
 
+size_t MaxEncodedDeviceBytes() {
+  static const size_t bytes = [] {
+    v1beta1::ListAndWatchResponse one;
+    auto* d = one.add_devices();
+    d->set_id(std::string(kMaxDeviceIdBytes, 'x'));
+    d->set_health(std::string(kUnhealthy));
+    d->mutable_topology()->add_nodes()->set_id(
+        std::numeric_limits<int64_t>::min());  // 10-byte varint
+    return one.ByteSizeLong();                 // the device with its tag and length in the list
+  }();
+  return bytes;
+}
+
+size_t MaxDevicesPerResource() {
+  return kListAndWatchBudgetBytes / MaxEncodedDeviceBytes();
+}
+
 std::string MigResourceName(std::string_view profile) {
   std::string name = "nvidia.com/mig-" + std::string(profile);
   std::replace(name.begin(), name.end(), '+', '.');
@@ -248,6 +296,23 @@ const Device* Resource::Find(std::string_view id) const {
     if (d.id == id) return &d;
   }
   return nullptr;
+}
+
+std::vector<const Device*> Resource::FindEach(const std::vector<std::string>& ids) const {
+  std::vector<const Device*> out;
+  out.reserve(ids.size());
+  if (ids.size() <= 8) {  // the usual request: a scan is cheaper than an index
+    for (const auto& id : ids) out.push_back(Find(id));
+    return out;
+  }
+  std::unordered_map<std::string_view, const Device*> index;
+  index.reserve(devices.size());
+  for (const auto& d : devices) index.emplace(d.id, &d);  // the first of a repeated ID, as Find
+  for (const auto& id : ids) {
+    auto it = index.find(id);
+    out.push_back(it == index.end() ? nullptr : it->second);
+  }
+  return out;
 }
 
 const Resource* ResourceSet::Find(std::string_view name) const {
@@ -265,6 +330,10 @@ Result<std::shared_ptr<const ResourceSet>> BuildResources(const gpu::NodeInvento
     return st;
   }
   if (Status st = ApplyTimeSlicing(options, set.resources, set.warnings); !st.ok()) return st;
+  for (const auto& r : set.resources) {
+    if (r.devices.size() > MaxDevicesPerResource())
+      return InvalidArgument(OverLimit(r.name, r.devices.size()));
+  }
   if (set.resources.empty()) {
     // Keep advertising nvidia.com/gpu (with no devices) so the kubelet shows 0, not a stale count.
     set.resources.push_back(Resource{std::string(kDefaultResource), {}, 1, false});

@@ -28,6 +28,29 @@ inline constexpr std::string_view kHealthy = "Healthy";
 inline constexpr std::string_view kUnhealthy = "Unhealthy";
 inline constexpr std::string_view kDefaultResource = "nvidia.com/gpu";
 
+// How many devices one resource may advertise.
+//
+// Every ListAndWatch message carries the resource's whole device list, and the
+// kubelet reads it under gRPC's default limit on a received message, 4 MiB: a
+// larger list fails on the kubelet's side, the stream ends, the plugin
+// registers again and again, and the kubelet never sees a device. So a
+// resource may have at most as many devices as fit, each at its largest
+// encoding (MaxEncodedDeviceBytes), in half of that limit; the other half is
+// the margin. Time-slicing that would advertise more is refused
+// (BuildResources), and a kubelet request may not name more device IDs
+// (CheckAllocateRequest, CheckPreferredAllocationRequest).
+inline constexpr size_t kGrpcDefaultMaxMessageBytes = size_t{4} << 20;
+inline constexpr size_t kListAndWatchBudgetBytes = kGrpcDefaultMaxMessageBytes / 2;
+// The longest device ID the plugin advertises: an NVML UUID (NVML's buffer is
+// 96 bytes with the terminating NUL) plus "::" and a replica number.
+inline constexpr size_t kMaxDeviceIdBytes = 95 + 2 + 10;
+// One device's largest encoding in a ListAndWatchResponse: an ID of
+// kMaxDeviceIdBytes, "Unhealthy", a NUMA node of the widest varint, and the
+// field's tag and length.
+size_t MaxEncodedDeviceBytes();
+// kListAndWatchBudgetBytes / MaxEncodedDeviceBytes().
+size_t MaxDevicesPerResource();
+
 using MigStrategy = config::MigStrategy;
 using DeviceIdStrategy = config::DeviceIdStrategy;
 
@@ -55,6 +78,9 @@ struct Resource {
   bool fail_requests_greater_than_one = false;
 
   const Device* Find(std::string_view id) const;
+  // Find for each of `ids` (null where unknown), in time linear in the IDs
+  // and devices together: a request may name thousands.
+  std::vector<const Device*> FindEach(const std::vector<std::string>& ids) const;
   bool operator==(const Resource&) const = default;
 };
 
@@ -97,7 +123,9 @@ std::string MigResourceName(std::string_view profile);
 
 // Builds the advertised resources. Errors: INVALID_ARGUMENT when the options
 // cannot apply to this node (a time-slicing selector naming a GPU that does
-// not exist, a MIG strategy the hardware contradicts as NVIDIA documents).
+// not exist, a MIG strategy the hardware contradicts as NVIDIA documents, more
+// devices in one resource than MaxDevicesPerResource(), which is checked before
+// the replicas are made).
 Result<std::shared_ptr<const ResourceSet>> BuildResources(const gpu::NodeInventory& inventory,
                                                           const ResourceOptions& options);
 

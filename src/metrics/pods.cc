@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/printable.h"
 #include "common/read_file.h"
 #include "podresources/v1/api.grpc.pb.h"
 
@@ -225,14 +226,14 @@ class PodResourcesClient::Impl {
     if (s.ok()) return resp;
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
       stub_.reset();
-      return Unavailable("pod resources socket " + socket_ + ": " + s.error_message());
+      return Unavailable("pod resources socket " + socket_ + ": " + Printable(s.error_message()));
     }
     if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       return Status(StatusCode::kDeadlineExceeded, "pod resources socket " + socket_ +
                                                        ": no answer within " +
                                                        std::to_string(deadline_.count()) + " ms");
     }
-    return Internal("pod resources socket " + socket_ + ": " + s.error_message());
+    return Internal("pod resources socket " + socket_ + ": " + Printable(s.error_message()));
   }
 
   std::string socket_;

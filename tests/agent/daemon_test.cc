@@ -250,6 +250,49 @@ TEST_F(DaemonTest, KubeletCallsAreServedWithoutGrpcCallbackThreads) {
   EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
 }
 
+// Issue 31 (3): replicas whose list would not fit one ListAndWatch message
+// (the kubelet's 4 MiB limit) are refused, naming the limit: at start (exit
+// 2, a usage error) and on a reload (the running configuration stays, and
+// the kubelet keeps its devices and its registration).
+TEST_F(DaemonTest, ReplicasPastTheListAndWatchLimitAreRefusedAtStartAndOnReload) {
+  FakeNode node("a100-8x-nvswitch");  // 8 GPUs
+  auto write = [&](int replicas) {    // replaced whole, as a ConfigMap volume does
+    std::ofstream(config_ + ".tmp") << "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                                       "    - name: nvidia.com/gpu\n      replicas: "
+                                    << replicas << "\n";
+    std::filesystem::rename(config_ + ".tmp", config_);
+  };
+  KubeletEmulator kubelet(dir_);
+  ASSERT_TRUE(kubelet.Start().ok());
+  write(10'000);  // 80 000 devices: 4.6 MB of device list
+  {
+    ChildProcess refused(Args());
+    EXPECT_EQ(refused.Wait(10'000), 2) << refused.Output();
+    EXPECT_THAT(refused.Output(), HasSubstr("4 MiB"));
+  }
+
+  write(2);
+  ChildProcess daemon(Args());
+  ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu", 10s)) << daemon.Output();
+  ASSERT_TRUE(kubelet.WaitForDevices(
+      "nvidia.com/gpu", [](const auto& d) { return d.size() == 16; }, 5s));
+  write(10'000);
+  ASSERT_TRUE(daemon.Signal(SIGHUP));
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (daemon.Output().find("4 MiB") == std::string::npos &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_THAT(daemon.Output(), HasSubstr("4 MiB")) << daemon.Output();
+  EXPECT_THAT(daemon.Output(), HasSubstr("reload kept the running configuration"));
+  EXPECT_EQ(kubelet.Devices("nvidia.com/gpu").size(), 16u);
+  auto r = kubelet.Allocate("nvidia.com/gpu", {kubelet.Devices("nvidia.com/gpu")[0].id()});
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(kubelet.RegistrationCount("nvidia.com/gpu"), 1);
+  ASSERT_TRUE(daemon.Signal(SIGTERM));
+  EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
+}
+
 TEST_F(DaemonTest, MissingDriverFailsWithExitThree) {
   std::ofstream(config_) << "version: v1\n";
   auto args = Args();

@@ -62,5 +62,44 @@ TEST(ResourceOptionsTest, ACountSharesTheFirstDevicesOfAMigResource) {
   EXPECT_TRUE(warned);
 }
 
+// Issue 31 (4): a GPU a rediscovery cannot read is kept as the previous
+// inventory knew it, in index order, with its topology links; a GPU NVML no
+// longer counts is not, and other errors stay.
+TEST(KeepUnreadableGpusTest, PutsBackWhatTheRediscoveryCouldNotRead) {
+  auto gpu = [](int index) {
+    gpu::Gpu g;
+    g.index = index;
+    g.uuid = "GPU-" + std::to_string(index);
+    return g;
+  };
+  gpu::NodeInventory previous;
+  previous.gpus = {gpu(0), gpu(1), gpu(2), gpu(3)};
+  previous.topology = gpu::Topology(4);
+  previous.topology.at(0, 1) = previous.topology.at(1, 0) = {12, gpu::PcieLevel::kSwitch};
+  previous.topology.at(1, 2) = previous.topology.at(2, 1) = {4, gpu::PcieLevel::kSystem};
+  gpu::NodeInventory fresh;
+  fresh.gpus = {gpu(0), gpu(2)};  // 1 lost, 3 gone from NVML's count
+  fresh.topology = gpu::Topology(2);
+  fresh.topology.at(0, 1) = fresh.topology.at(1, 0) = {2, gpu::PcieLevel::kNumaNode};
+  fresh.errors = {{1, "", Status(StatusCode::kDeviceLost, "GPU is lost")},
+                  {0, "GPU-0", Status(StatusCode::kInternal, "MIG device 3 of GPU-0")}};
+
+  EXPECT_THAT(KeepUnreadableGpus(previous, fresh), ::testing::ElementsAre("GPU-1"));
+  ASSERT_EQ(fresh.gpus.size(), 3u);
+  EXPECT_EQ(fresh.gpus[0].uuid, "GPU-0");
+  EXPECT_EQ(fresh.gpus[1].uuid, "GPU-1");
+  EXPECT_EQ(fresh.gpus[2].uuid, "GPU-2");
+  ASSERT_EQ(fresh.topology.size(), 3u);
+  EXPECT_EQ(fresh.topology.at(0, 1).nvlinks, 12);  // from the previous inventory
+  EXPECT_EQ(fresh.topology.at(2, 1).nvlinks, 4);
+  EXPECT_EQ(fresh.topology.at(0, 2).nvlinks, 2);  // from this discovery
+  EXPECT_EQ(fresh.topology.at(2, 0).pcie, gpu::PcieLevel::kNumaNode);
+  ASSERT_EQ(fresh.errors.size(), 1u);  // the MIG device's error stays
+  EXPECT_EQ(fresh.errors[0].uuid, "GPU-0");
+  // Nothing unreadable: nothing changes.
+  EXPECT_TRUE(KeepUnreadableGpus(previous, fresh).empty());
+  EXPECT_EQ(fresh.gpus.size(), 3u);
+}
+
 }  // namespace
 }  // namespace danqing::agent

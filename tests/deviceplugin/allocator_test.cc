@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <random>
@@ -738,6 +739,18 @@ TEST_F(PreferredAllocatorRobustnessTest, SizeZeroOrNegativeReturnsMustInclude) {
   EXPECT_THAT(Positions(inv_, alloc_.Choose(all, Ids(inv_, {3, 3, 1}), 0)), ElementsAre(1, 3));
   // More must_include than the size: all of them, nothing else.
   EXPECT_THAT(Positions(inv_, alloc_.Choose(all, Ids(inv_, {3, 1, 6}), 2)), ElementsAre(1, 3, 6));
+}
+
+// Issue 31 (1): the size is the caller's number. The answer never holds
+// more than must_include and every device, and nothing is reserved past that
+// (INT_MAX reserved 64 GiB: std::bad_alloc, the agent aborted).
+TEST_F(PreferredAllocatorRobustnessTest, AHugeSizeSizesNothingBeyondTheDevices) {
+  ASSERT_EQ(inv_.gpus.size(), 8u);
+  const auto all = Ids(inv_, All(inv_));
+  EXPECT_THAT(alloc_.Choose(all, {}, std::numeric_limits<int>::max()), ::testing::SizeIs(8));
+  EXPECT_THAT(alloc_.Choose(all, {"GPU-vanished"}, std::numeric_limits<int>::max()),
+              ::testing::SizeIs(9));
+  EXPECT_THAT(alloc_.Choose({}, {}, std::numeric_limits<int>::max()), ::testing::IsEmpty());
 }
 
 TEST_F(PreferredAllocatorRobustnessTest, EmptyAvailable) {

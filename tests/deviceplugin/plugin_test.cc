@@ -5,6 +5,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -17,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -240,6 +243,127 @@ TEST_F(PluginTest, BadAllocateRequestsNameTheIdAndResource) {
   auto missing = kubelet_->GetPreferredAllocation(kGpu, {"GPU-gone", all[0]}, {}, 2);
   ASSERT_TRUE(missing.status.ok()) << "a vanished device must not fail admission";
   EXPECT_EQ(missing.device_ids, (std::vector<std::string>{all[0]}));
+}
+
+// For a test that sends requests of megabytes: gRPC (1.51) may then leave an
+// executor thread in a poll of up to 10 s, which the shutdown of the gRPC
+// library (when the test's last channel and server are gone) waits out. A
+// reference held until the process exits keeps the library up, as in the
+// agent, so the test does not wait on it.
+void KeepGrpcUpUntilExit() {
+  static const bool once = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)once;
+}
+
+// Keeps every log line written while it is installed.
+class CapturingSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::vector<std::string> lines() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return lines_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    lines_.emplace_back(msg.payload.data(), msg.payload.size());
+  }
+  void flush_() override {}
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+// Issue 31 (6): device IDs come from the client. A multi-megabyte one must not
+// reach the log or the status whole (a status that large breaks the caller's
+// connection), and one with a newline must not forge a log line.
+TEST_F(PluginTest, ClientDeviceIdsReachErrorsAndLogsBoundedAndEscaped) {
+  KeepGrpcUpUntilExit();
+  LoadNode("a100-8x-nvswitch");
+  auto sink = std::make_shared<CapturingSink>();
+  spdlog::default_logger()->sinks().push_back(sink);  // before any thread of the test logs
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  const std::string forged = "GPU-x\n[2026-12-05 10:00:00.000] [info] plugin: forged line";
+  const std::string huge = "GPU-" + std::string(size_t{200} << 10, 'A');
+  for (const auto& ids : std::vector<std::vector<std::string>>{
+           {forged}, {huge}, {inventory_.gpus[0].uuid, huge + "\n"}}) {
+    auto r = kubelet_->Allocate(kGpu, ids);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << r.status.error_message().size();
+    EXPECT_LT(r.status.error_message().size(), 1024u);
+    EXPECT_EQ(r.status.error_message().find('\n'), std::string::npos);
+  }
+  EXPECT_THAT(kubelet_->Allocate(kGpu, {forged}).status.error_message(),
+              HasSubstr("unknown device ID 'GPU-x\\n[2026"));
+  manager_.reset();
+  kubelet_.reset();  // no thread logs any more
+  spdlog::default_logger()->sinks().pop_back();
+  int refusals = 0;
+  for (const auto& line : sink->lines()) {
+    EXPECT_LT(line.size(), 2048u);
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+    if (line.find("refused") != std::string::npos) ++refusals;
+  }
+  EXPECT_EQ(refusals, 4);
+}
+
+// Issue 31 (1): one GetPreferredAllocation with a huge allocation_size made
+// the allocator reserve that many entries: std::bad_alloc, the agent gone.
+// Every request field that sizes work is bounded at the edge, and the server
+// answers the next call.
+TEST_F(PluginTest, RequestFieldsThatSizeWorkAreBoundedAtTheEdge) {
+  KeepGrpcUpUntilExit();
+  LoadNode("a100-8x-nvswitch");
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistration(kGpu, 5s));
+  std::vector<std::string> all;
+  for (const auto& g : inventory_.gpus) all.push_back(g.uuid);
+
+  auto huge = kubelet_->GetPreferredAllocation(kGpu, all, {}, std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(huge.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(huge.status.error_message(), HasSubstr("allocation_size 2147483647"));
+  auto negative = kubelet_->GetPreferredAllocation(kGpu, all, {}, -5);
+  EXPECT_EQ(negative.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // More IDs than any resource may have, and IDs longer than any advertised.
+  const std::vector<std::string> many(MaxDevicesPerResource() + 1, "x");
+  auto long_list = kubelet_->GetPreferredAllocation(kGpu, all, many, 2);
+  EXPECT_EQ(long_list.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto too_many = kubelet_->Allocate(kGpu, many);
+  EXPECT_EQ(too_many.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_many.status.error_message(), HasSubstr("device IDs, more than"));
+  auto long_id = kubelet_->GetPreferredAllocation(kGpu, {std::string(100'000, 'G')}, {}, 1);
+  EXPECT_EQ(long_id.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(long_id.status.error_message().size(), 512u);
+
+  // Many container requests in one call (the kubelet sends one).
+  auto channel = grpc::CreateChannel("unix:" + dir_ + "/" + SocketNameFor(kGpu),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::DevicePlugin::NewStub(channel);
+  v1beta1::AllocateRequest req;
+  for (int i = 0; i <= kMaxContainerRequests; ++i)
+    req.add_container_requests()->add_devices_ids(all[0]);
+  v1beta1::AllocateResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  EXPECT_EQ(stub->Allocate(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // The request as a whole: gRPC refuses one over 4 MiB before it is
+  // buffered whole for a handler.
+  auto over = kubelet_->Allocate(kGpu, {std::string(kGrpcDefaultMaxMessageBytes + 1, 'Z')});
+  EXPECT_EQ(over.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << over.status.error_message();
+
+  // Still serving, and a request within the bounds is answered as before.
+  auto pref = kubelet_->GetPreferredAllocation(kGpu, all, {}, 8);
+  ASSERT_TRUE(pref.status.ok()) << pref.status.error_message();
+  EXPECT_THAT(pref.device_ids, SizeIs(8));
+  EXPECT_TRUE(kubelet_->Allocate(kGpu, {all[1], all[2]}).status.ok());
 }
 
 TEST_F(PluginTest, PreferredAllocationIsTopologyAware) {
@@ -475,6 +599,14 @@ TEST_F(PluginTest, AnInotifyOverflowDoesNotRegisterAStandingRegistrationAgain) {
   ASSERT_TRUE(kubelet_->WaitForOpenStreams(kGpu, 1, 5s));
   ASSERT_TRUE(kubelet_->WaitForOpenStreams(shared, 1, 5s));
   ASSERT_TRUE(WaitForPluginStreams(2));
+  // Both Registers answered: the emulator reads its reply delay after opening
+  // the stream, so one still being answered would take the 8 s set below
+  // (under load: the re-registration then came too late for the test).
+  ASSERT_TRUE(WaitForStatuses([](const std::vector<ResourceStatus>& statuses) {
+    return statuses.size() == 2 &&
+           std::all_of(statuses.begin(), statuses.end(),
+                       [](const ResourceStatus& st) { return st.registered; });
+  }));
   const int calls = kubelet_->RegisterCalls();
 
   // More events than the queue holds; a host with a much larger queue is

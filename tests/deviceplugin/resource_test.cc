@@ -1,12 +1,14 @@
 // Resource building (MIG strategies, time-slicing, health propagation) and
 // Allocate responses, on hand-built inventories.
+#include "deviceplugin/resource.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <regex>
 
 #include "deviceplugin/allocate.h"
-#include "deviceplugin/resource.h"
 
 namespace danqing::deviceplugin {
 namespace {
@@ -273,6 +275,64 @@ TEST(ResourceTest, TimeSlicingRenameOntoAnAdvertisedResourceIsAnError) {
   EXPECT_THAT(set.status().message(), HasSubstr("another time-slicing entry"));
 }
 
+// Issue 31 (3): the kubelet reads each ListAndWatch message under gRPC's
+// 4 MiB limit. At the bound, a list of devices at their largest encoding
+// stays within the budget, half of that limit.
+TEST(ResourceTest, TheLargestListOfTheLargestDevicesFitsTheListAndWatchBudget) {
+  const size_t n = MaxDevicesPerResource();
+  EXPECT_GT(n, 10'000u);  // room for 8 GPUs x 1000 replicas
+  EXPECT_GE(MaxEncodedDeviceBytes(), kMaxDeviceIdBytes + 9 + 10);  // ID, health, NUMA node
+  v1beta1::ListAndWatchResponse list;
+  for (size_t i = 0; i < n; ++i) {
+    auto* d = list.add_devices();
+    d->set_id(std::string(kMaxDeviceIdBytes, 'x'));
+    d->set_health(std::string(kUnhealthy));
+    d->mutable_topology()->add_nodes()->set_id(std::numeric_limits<int64_t>::min());
+  }
+  EXPECT_LE(list.ByteSizeLong(), kListAndWatchBudgetBytes);
+  EXPECT_LE(kListAndWatchBudgetBytes, kGrpcDefaultMaxMessageBytes / 2);
+}
+
+// More replicas than one ListAndWatch message can carry: refused, naming the
+// limit, before the replicas are made.
+TEST(ResourceTest, TimeSlicingPastTheListAndWatchLimitIsRefusedNamingIt) {
+  std::vector<gpu::Gpu> gpus;
+  for (int i = 0; i < 8; ++i) gpus.push_back(MakeGpu(i));
+  const int max = static_cast<int>(MaxDevicesPerResource());
+  ResourceOptions o;
+  o.time_slicing.push_back({"nvidia.com/gpu", "", max / 8, {}});
+  auto fits = BuildResources(Node(gpus), o);
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  EXPECT_EQ((*fits)->resources[0].devices.size(), static_cast<size_t>(max / 8 * 8));
+
+  o.time_slicing[0].replicas = max / 8 + 1;
+  auto over = BuildResources(Node(gpus), o);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(over.status().message(),
+              HasSubstr("8 device(s) x " + std::to_string(max / 8 + 1) + " replicas"));
+  EXPECT_THAT(over.status().message(), HasSubstr("more than the " + std::to_string(max)));
+  EXPECT_THAT(over.status().message(), HasSubstr("4 MiB"));
+
+  // Renamed, or on some GPUs only: the count of the resource it makes.
+  o.time_slicing[0] = {"nvidia.com/gpu", "nvidia.com/gpu.shared", max / 2 + 1, {"0", "1"}};
+  over = BuildResources(Node(gpus), o);
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("as nvidia.com/gpu.shared"));
+}
+
+// A count far past the limit is refused at once, whatever the node: it
+// must not cost its memory first (the agent's RSS went past 1 GB).
+TEST(ResourceTest, AHugeReplicaCountIsRefusedBeforeAnyReplicaIsMade) {
+  ResourceOptions o;
+  o.time_slicing.push_back({"nvidia.com/gpu", "", std::numeric_limits<int>::max(), {}});
+  auto over = BuildResources(Node({MakeGpu(0), MakeGpu(1)}), o);
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("2147483647 replicas per device"));
+  o.time_slicing[0].name = "nvidia.com/not-on-this-node";
+  EXPECT_FALSE(BuildResources(Node({MakeGpu(0)}), o).ok());
+}
+
 TEST(ResourceTest, HealthPropagatesToEveryReplicaAndMigDevice) {
   auto g0 = MakeGpu(0, gpu::MigMode::kEnabled);
   g0.mig_devices = {MakeMig(g0, 0, "1g.10gb", 1), MakeMig(g0, 1, "1g.10gb", 2)};
@@ -303,6 +363,51 @@ Resource GpuResource(int n, int replicas = 1) {
   for (int i = 0; i < n; ++i) gpus.push_back(MakeGpu(i));
   auto set = BuildResources(Node(gpus), o);
   return (*set)->resources[0];
+}
+
+// Issue 31 (1): no request field may size an allocation or a loop unchecked.
+TEST(AllocateTest, RequestsPastTheBoundsAreRefusedBeforeAnythingIsSized) {
+  const auto max = static_cast<int>(MaxDevicesPerResource());
+  v1beta1::PreferredAllocationRequest pref;
+  auto* c = pref.add_container_requests();
+  c->add_available_deviceids("GPU-0");
+  c->set_allocation_size(max);
+  EXPECT_TRUE(CheckPreferredAllocationRequest(pref).ok());
+  for (int size : {-1, max + 1, std::numeric_limits<int>::max()}) {
+    c->set_allocation_size(size);
+    Status st = CheckPreferredAllocationRequest(pref);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << size;
+    EXPECT_THAT(st.message(), HasSubstr("allocation_size " + std::to_string(size)));
+  }
+  c->set_allocation_size(1);
+  for (int i = 0; i <= max; ++i) c->add_must_include_deviceids("GPU-0");
+  EXPECT_THAT(CheckPreferredAllocationRequest(pref).message(),
+              HasSubstr("names " + std::to_string(max + 1)));
+  c->clear_must_include_deviceids();
+  c->add_must_include_deviceids(std::string(kMaxDeviceIdBytes + 1, 'G') + "\n");
+  EXPECT_THAT(CheckPreferredAllocationRequest(pref).message(), HasSubstr("longer than any"));
+  EXPECT_EQ(CheckPreferredAllocationRequest(pref).message().find('\n'), std::string::npos);
+  c->clear_must_include_deviceids();
+  for (int i = 0; i < kMaxContainerRequests; ++i) *pref.add_container_requests() = *c;
+  EXPECT_THAT(CheckPreferredAllocationRequest(pref).message(), HasSubstr("container requests"));
+  // Every list at its bound, but too many in all.
+  pref.clear_container_requests();
+  for (int k = 0; k < 3; ++k) {
+    auto* full = pref.add_container_requests();
+    for (int i = 0; i < max; ++i) full->add_available_deviceids("GPU-0");
+  }
+  EXPECT_THAT(CheckPreferredAllocationRequest(pref).message(), HasSubstr("in all"));
+
+  v1beta1::AllocateRequest alloc;
+  alloc.add_container_requests()->add_devices_ids("GPU-0");
+  EXPECT_TRUE(CheckAllocateRequest(alloc).ok());
+  for (int i = 0; i < max; ++i) alloc.mutable_container_requests(0)->add_devices_ids("GPU-0");
+  EXPECT_EQ(CheckAllocateRequest(alloc).code(), StatusCode::kInvalidArgument);
+  alloc.clear_container_requests();
+  alloc.add_container_requests()->add_devices_ids(std::string(size_t{1} << 20, 'x'));
+  Status st = CheckAllocateRequest(alloc);
+  EXPECT_THAT(st.message(), HasSubstr("1048576 bytes"));
+  EXPECT_LT(st.message().size(), 512u);
 }
 
 TEST(AllocateTest, VolumeMountsStrategy) {

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "config/yaml_tree.h"
+#include "testing/support/fifo.h"
+#include "testing/support/temp_dir.h"
 
 namespace danqing::config {
 namespace {
@@ -803,6 +805,29 @@ TEST(LoadConfigFileTest, MissingFileAndDirectory) {
   const Status dir = LoadConfigFile(::testing::TempDir()).status();
   EXPECT_FALSE(dir.ok());
   EXPECT_THAT(dir.message(), HasSubstr("cannot read config file"));
+}
+
+// A FIFO (or a link to one) as the config file blocked open() forever, at
+// start and on a reload, and the reload with it the thread that takes
+// SIGTERM. Refused at once, as is a device.
+TEST(LoadConfigFileTest, AFifoOrDeviceIsRefusedWithoutBlocking) {
+  const testing::TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  testing::FifoGuard fifo(dir.path() + "/config.yaml");
+  ASSERT_TRUE(fifo.made());
+  const std::string link = dir.path() + "/link.yaml";
+  ASSERT_EQ(::symlink(fifo.path().c_str(), link.c_str()), 0);
+  const Status direct = LoadConfigFile(fifo.path()).status();
+  const Status linked = LoadConfigFile(link).status();
+  ASSERT_TRUE(fifo.Done()) << "blocked on the FIFO";
+  EXPECT_EQ(direct.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(direct.message(),
+            "cannot read config file \"" + fifo.path() + "\": not a regular file: a FIFO");
+  EXPECT_THAT(linked.message(), HasSubstr("not a regular file: a FIFO"));
+
+  const Status zero = LoadConfigFile("/dev/zero").status();
+  EXPECT_EQ(zero.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(zero.message(), HasSubstr("not a regular file: a character device"));
 }
 
 TEST(LoadConfigFileTest, OversizedFileIsRejected) {

@@ -60,9 +60,9 @@ void CheckTokenCount(std::string_view text) {
   YAML::Mark mark;
   mark.pos = mark.line = mark.column = 0;
   for (const char c : text) {
-    if (c == '\n' || c == '\r') {
+    if (c == '\n' || c == '\r') {  // "\r\n" is one line break, as for yaml-cpp
       line_start = true;
-      ++mark.line;
+      if (c == '\n') ++mark.line;
       mark.column = 0;
       ++mark.pos;
       continue;

@@ -710,6 +710,13 @@ TEST(FileErrorTest, AliasesOfALongScalarAreRejectedCheaply) {
   EXPECT_THAT(st.message(), HasSubstr("bytes of text (after expanding aliases)"));
 }
 
+TEST(FileErrorTest, AnAliasInsideTheNodeItNamesIsRejected) {
+  const Status st = ParseStatus("version: v1\nx: &a [1, *a]\n");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(),
+              HasSubstr("test.yaml:2:11: an alias (*) inside the node its anchor names"));
+}
+
 TEST(FileErrorTest, DeepNestingIsRejected) {
   const std::string yaml =
       "version: v1\nx: " + std::string(200, '[') + std::string(200, ']') + "\n";

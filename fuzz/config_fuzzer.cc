@@ -2,6 +2,10 @@
 // same YAML front end). Oracle beyond "no crash, no sanitizer report": a
 // config that parses must survive FormatConfig -> ParseConfig unchanged, as
 // config.h promises, and a rejected one must say why.
+//
+// The parser bounds its memory on any input under its 1 MiB limit (issue 31):
+// scripts/fuzz.sh runs this fuzzer under a 256 MB RSS limit, its seeds (1 MiB
+// hostile shapes among them) once at full size first.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

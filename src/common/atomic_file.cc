@@ -11,7 +11,11 @@ namespace danqing {
 
 Status WriteFileAtomically(const std::string& path, std::string_view content) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A fresh file: whatever is at the temporary path (a FIFO would block
+  // open() until a reader came) is removed first, and O_EXCL | O_NOFOLLOW
+  // refuse anything put back in between.
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return Unavailable("cannot write " + tmp + ": " + std::strerror(errno));
   size_t off = 0;
   while (off < content.size()) {

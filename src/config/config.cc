@@ -6,12 +6,10 @@
 #include "config/config.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstdlib>
-#include <system_error>
 #include <utility>
 
+#include "common/read_file.h"
 #include "config/settings.h"
 #include "config/values.h"
 #include "config/yaml_tree.h"
@@ -112,36 +110,22 @@ const ReplicatedResources* Sharing::replicated() const {
 // --- Files ---------------------------------------------------------------------
 
 Result<Config> LoadConfigFile(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int err = errno;
-    const StatusCode code = err == ENOENT   ? StatusCode::kNotFound
-                            : err == EACCES ? StatusCode::kPermissionDenied
-                                            : StatusCode::kInvalidArgument;
-    return Status(code, "cannot open config file " + Quote(path) + ": " +
-                            std::generic_category().message(err));
-  }
-  std::string text;
-  char buf[8192];
-  bool failed = false;
-  int err = 0;
-  while (text.size() <= internal::kMaxYamlBytes) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
-    text.append(buf, n);
-    if (n < sizeof buf) {
-      if (std::ferror(f)) {
-        failed = true;
-        err = errno;
-      }
-      break;
+  // Not a plain open(): a FIFO there would block the reload, and the thread
+  // that takes SIGTERM with it (see common/read_file.h).
+  auto text = ReadRegularFile(path, internal::kMaxYamlBytes);
+  if (!text.ok()) {
+    const Status& st = text.status();
+    switch (st.code()) {
+      case StatusCode::kNotFound:
+      case StatusCode::kPermissionDenied:
+        return Status(st.code(), "cannot open config file " + Quote(path) + ": " + st.message());
+      case StatusCode::kResourceExhausted:
+        return InvalidArgument(path + ": file is " + st.message());
+      default:
+        return InvalidArgument("cannot read config file " + Quote(path) + ": " + st.message());
     }
   }
-  std::fclose(f);
-  if (failed) {
-    return InvalidArgument("cannot read config file " + Quote(path) + ": " +
-                           std::generic_category().message(err));
-  }
-  return ParseConfig(text, path);
+  return ParseConfig(*text, path);
 }
 
 // --- Flags > environment > file ------------------------------------------------

@@ -21,8 +21,8 @@
 namespace danqing::config::internal {
 namespace {
 
-// Thrown inside the copy when a limit is exceeded or a merge key's value is
-// not mappings; caught in ParseYaml.
+// Thrown by the tree builder when a limit is exceeded or a merge key's value
+// is not mappings; caught in ParseYaml.
 struct CopyError {
   std::string message;
   YAML::Mark mark;
@@ -36,86 +36,270 @@ std::string Location(std::string_view source, const YAML::Mark& mark) {
   return out;
 }
 
-class Copier {
+// Refuses text that would make yaml-cpp's scanner hold more than a bounded
+// number of tokens, before it reads any of it. The scanner queues every
+// token from a potential simple key to where the key is settled: the whole
+// of a flow collection that could be a mapping key (`{...}` written as the
+// document, `[[[[...` at any place), so no parser event arrives before it
+// has scanned all of it. A 1 MiB JSON list peaked at ~160 MB that way, a
+// 1 MiB run of `[` at ~250 MB, whatever the tree builder then refuses.
+//
+// yaml-cpp cannot be asked how many tokens it holds, so the text is counted
+// instead: every token but a plain scalar starts with an indicator
+// character, and a plain scalar starts a line or follows an indicator (or
+// the name after an anchor, alias or tag, hence those count twice), so the
+// tokens are at most a small multiple of the count. Words do not count;
+// indicators in comments and quoted scalars do, which keeps the count an
+// over-estimate and a config of ordinary size (a few hundred) far below the
+// limit. Measured at the limit, the worst shape (a JSON list of 100000
+// scalars) peaks at ~35 MB.
+void CheckTokenCount(std::string_view text) {
+  constexpr std::string_view kIndicators = "[]{},:?-|>'\"%&*!";
+  std::size_t tokens = 0;
+  bool line_start = true;  // nothing but indentation read on this line yet
+  YAML::Mark mark;
+  mark.pos = mark.line = mark.column = 0;
+  for (const char c : text) {
+    if (c == '\n' || c == '\r') {  // "\r\n" is one line break, as for yaml-cpp
+      line_start = true;
+      if (c == '\n') ++mark.line;
+      mark.column = 0;
+      ++mark.pos;
+      continue;
+    }
+    const bool indicator = kIndicators.find(c) != std::string_view::npos;
+    if (indicator) tokens += c == '&' || c == '*' || c == '!' ? 2 : 1;
+    if (line_start && c != ' ' && c != '\t') {
+      line_start = false;
+      if (!indicator && c != '#') ++tokens;  // a plain scalar may start here
+    }
+    if (tokens > kMaxYamlTokens) {
+      throw CopyError{"more than " + std::to_string(kMaxYamlTokens) +
+                          " YAML tokens ([ ] { } , : - and the like); a config file has a few "
+                          "hundred",
+                      mark};
+    }
+    ++mark.pos;
+    ++mark.column;
+  }
+}
+
+// Builds the YamlNode tree from yaml-cpp's parser events, enforcing the
+// limits as each event arrives: yaml-cpp's own node graph (LoadAll) costs
+// ~600 bytes a node and was built in full before any limit could be checked,
+// so a 1 MiB list of `- 1` lines peaked at ~150 MB and a 1 MiB JSON list at
+// ~260 MB. Here nothing beyond kMaxYamlNodes nodes (about 130 bytes each,
+// counting every alias expansion and every anchor's saved copy) and
+// kMaxYamlTextBytes of text is ever held, and parsing stops at the first
+// event past a limit.
+//
+// Also guards against Debian's yaml-cpp 0.7 looping forever, adding a null
+// document per turn until memory runs out, when a document starts with a
+// token its parser does not consume (e.g. `{"a": 1}, "b"`: the stray ','
+// after a flow mapping); upstream fixed it in yaml-cpp PR #1319 (after
+// 0.8.0); found by fuzz/config_fuzzer. A document that starts where the
+// previous one did made no progress and is an error.
+class TreeBuilder : public YAML::EventHandler {
  public:
-  YamlNode Copy(const YAML::Node& in, int depth) {
-    if (++nodes_ > kMaxYamlNodes) {
-      throw CopyError{"document has more than " + std::to_string(kMaxYamlNodes) +
-                          " nodes (after expanding aliases)",
-                      in.Mark()};
+  // The first document whose root is not null; nullopt when none is.
+  std::optional<YamlNode> TakeRoot() { return std::move(root_); }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (started_ && mark.pos == previous_start_) {
+      throw YAML::ParserException(mark, "unexpected token at the start of a document");
     }
-    if (depth > kMaxYamlDepth) {
-      throw CopyError{"nesting deeper than " + std::to_string(kMaxYamlDepth) + " levels",
-                      in.Mark()};
+    started_ = true;
+    previous_start_ = mark.pos;
+    anchors_.clear();  // anchors are per document
+  }
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    Add(Start(YamlNode::Kind::kNull, mark), anchor, false);
+  }
+
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    YamlNode node = Start(YamlNode::Kind::kScalar, mark);
+    CountText(value.size(), mark);
+    node.scalar = value;
+    // yaml-cpp tags plain scalars "?" and quoted ones "!"; anything else is
+    // an explicit tag, which we treat like quoting (a string).
+    node.plain = tag == "?";
+    // YAML 1.1's merge key: `<<` plain or tagged !!merge (a quoted one is an
+    // ordinary key), as Go's YAML decoder, and so NVIDIA's parser, reads it.
+    const bool merge_key = value == "<<" && (tag == "?" || tag == "tag:yaml.org,2002:merge");
+    Add(std::move(node), anchor, merge_key);
+  }
+
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    if (anchor >= anchors_.size() || !anchors_[anchor]) {
+      // yaml-cpp names an anchor as its collection starts: an alias inside
+      // the node it names would make the document infinite.
+      throw CopyError{"an alias (*) inside the node its anchor names", mark};
     }
-    YamlNode out;
-    const YAML::Mark mark = in.Mark();
-    if (mark.line >= 0) {
-      out.line = mark.line + 1;
-      out.column = mark.column + 1;
-    }
-    switch (in.Type()) {
-      case YAML::NodeType::Undefined:
-      case YAML::NodeType::Null: out.kind = YamlNode::Kind::kNull; break;
-      case YAML::NodeType::Scalar:
-        out.kind = YamlNode::Kind::kScalar;
-        // Aliases share one node in yaml-cpp but are copied here: a long
-        // scalar named many times would otherwise take gigabytes.
-        text_bytes_ += in.Scalar().size();
-        if (text_bytes_ > kMaxYamlTextBytes) {
-          throw CopyError{"document has more than " + std::to_string(kMaxYamlTextBytes) +
-                              " bytes of text (after expanding aliases)",
-                          in.Mark()};
-        }
-        out.scalar = in.Scalar();
-        // yaml-cpp tags plain scalars "?" and quoted ones "!"; anything else
-        // is an explicit tag, which we treat like quoting (a string).
-        out.plain = in.Tag() == "?";
-        break;
-      case YAML::NodeType::Sequence:
-        out.kind = YamlNode::Kind::kSequence;
-        out.items.reserve(in.size());
-        for (const YAML::Node& item : in) out.items.push_back(Copy(item, depth + 1));
-        break;
-      case YAML::NodeType::Map: {
-        out.kind = YamlNode::Kind::kMapping;
-        out.entries.reserve(in.size());
-        std::optional<YamlEntry> merge;  // the `<<` entry
-        std::size_t before_merge = 0;    // entries written before it
-        for (auto it = in.begin(); it != in.end(); ++it) {
-          YamlEntry entry{Copy(it->first, depth + 1), Copy(it->second, depth + 1)};
-          if (IsMergeKey(it->first)) {
-            if (merge) {
-              throw CopyError{
-                  "a second merge key (<<) in one mapping; merge several mappings with "
-                  "<<: [*a, *b]",
-                  MarkOf(entry.key)};
-            }
-            merge = std::move(entry);
-            before_merge = out.entries.size();
-            continue;
-          }
-          // A null value (`key:`) has its mark at the next token, often on a
-          // later line; point at the key instead.
-          if (entry.value.is_null()) {
-            entry.value.line = entry.key.line;
-            entry.value.column = entry.key.column;
-          }
-          out.entries.push_back(std::move(entry));
-        }
-        if (merge) Merge(std::move(*merge), before_merge, out);
-        break;
-      }
-    }
-    return out;
+    const Anchored& target = *anchors_[anchor];
+    // Counted before anything is copied: aliases are where a small file
+    // becomes a large document.
+    Charge(target.size, mark);
+    CountText(target.text, mark);
+    if (Depth() + target.height > kMaxYamlDepth) throw DepthError(mark);
+    Add(YamlNode(target.node), kNoAnchor, target.merge_key);
+  }
+
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Push(Start(YamlNode::Kind::kSequence, mark), anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Push(Start(YamlNode::Kind::kMapping, mark), anchor);
+  }
+  void OnMapEnd() override {
+    Open& map = open_.back();
+    if (map.merge) Merge(std::move(*map.merge), map.before_merge, map.node);
+    Close();
   }
 
  private:
-  // YAML 1.1's merge key: `<<` plain or tagged !!merge (a quoted one is an
-  // ordinary key), as Go's YAML decoder, and so NVIDIA's parser, reads it.
-  static bool IsMergeKey(const YAML::Node& key) {
-    return key.IsScalar() && key.Scalar() == "<<" &&
-           (key.Tag() == "?" || key.Tag() == "tag:yaml.org,2002:merge");
+  static constexpr YAML::anchor_t kNoAnchor = YAML::NullAnchor;
+
+  // A collection being built.
+  struct Open {
+    YamlNode node;
+    YAML::anchor_t anchor = kNoAnchor;
+    std::optional<YamlNode> key;  // mappings: the key waiting for its value
+    bool key_is_merge = false;
+    std::optional<YamlEntry> merge;  // mappings: the `<<` entry
+    std::size_t before_merge = 0;    // entries written before it
+  };
+  // A completed node an anchor names, with what copying it costs.
+  struct Anchored {
+    YamlNode node;
+    bool merge_key = false;
+    std::size_t size = 0;  // nodes
+    std::size_t text = 0;  // scalar bytes
+    int height = 0;        // levels below the node
+  };
+
+  int Depth() const { return static_cast<int>(open_.size()); }
+
+  static CopyError DepthError(const YAML::Mark& mark) {
+    return CopyError{"nesting deeper than " + std::to_string(kMaxYamlDepth) + " levels", mark};
+  }
+
+  // Counts `nodes` more nodes; throws past the limit.
+  void Charge(std::size_t nodes, const YAML::Mark& mark) {
+    nodes_ += nodes;
+    if (nodes_ > kMaxYamlNodes) {
+      throw CopyError{"document has more than " + std::to_string(kMaxYamlNodes) +
+                          " nodes (after expanding aliases)",
+                      mark};
+    }
+  }
+
+  void CountText(std::size_t bytes, const YAML::Mark& mark) {
+    text_bytes_ += bytes;
+    if (text_bytes_ > kMaxYamlTextBytes) {
+      throw CopyError{"document has more than " + std::to_string(kMaxYamlTextBytes) +
+                          " bytes of text (after expanding aliases)",
+                      mark};
+    }
+  }
+
+  // A new node at the current depth, counted and checked.
+  YamlNode Start(YamlNode::Kind kind, const YAML::Mark& mark) {
+    Charge(1, mark);
+    if (Depth() > kMaxYamlDepth) throw DepthError(mark);
+    // A second document with content: refused before it is built.
+    if (open_.empty() && kind != YamlNode::Kind::kNull && root_) {
+      throw CopyError{"more than one YAML document; a config file holds one", mark};
+    }
+    YamlNode node;
+    node.kind = kind;
+    if (mark.line >= 0) {
+      node.line = mark.line + 1;
+      node.column = mark.column + 1;
+    }
+    return node;
+  }
+
+  void Push(YamlNode node, YAML::anchor_t anchor) {
+    Open open;
+    open.node = std::move(node);
+    open.anchor = anchor;
+    open_.push_back(std::move(open));
+  }
+
+  void Close() {
+    Open done = std::move(open_.back());
+    open_.pop_back();
+    Add(std::move(done.node), done.anchor, false);
+  }
+
+  // Places a completed node in its parent (or as the document's root).
+  void Add(YamlNode node, YAML::anchor_t anchor, bool merge_key) {
+    if (anchor != kNoAnchor) Remember(anchor, node, merge_key);
+    if (open_.empty()) {
+      if (!node.is_null()) root_ = std::move(node);
+      return;
+    }
+    Open& parent = open_.back();
+    if (parent.node.is_sequence()) {
+      parent.node.items.push_back(std::move(node));
+      return;
+    }
+    if (!parent.key) {
+      parent.key = std::move(node);
+      parent.key_is_merge = merge_key;
+      return;
+    }
+    YamlEntry entry{std::move(*parent.key), std::move(node)};
+    parent.key.reset();
+    if (parent.key_is_merge) {
+      if (parent.merge) {
+        throw CopyError{
+            "a second merge key (<<) in one mapping; merge several mappings with <<: [*a, *b]",
+            MarkOf(entry.key)};
+      }
+      parent.merge = std::move(entry);
+      parent.before_merge = parent.node.entries.size();
+      return;
+    }
+    // A null value (`key:`) has its mark at the next token, often on a later
+    // line; point at the key instead.
+    if (entry.value.is_null()) {
+      entry.value.line = entry.key.line;
+      entry.value.column = entry.key.column;
+    }
+    parent.node.entries.push_back(std::move(entry));
+  }
+
+  // Saves a copy of an anchored node for its aliases; the copy counts
+  // towards the limits like any other node.
+  void Remember(YAML::anchor_t anchor, const YamlNode& node, bool merge_key) {
+    Anchored a;
+    Measure(node, 0, a);
+    const YAML::Mark mark = MarkOf(node);
+    Charge(a.size, mark);
+    CountText(a.text, mark);
+    a.node = node;
+    a.merge_key = merge_key;
+    if (anchor >= anchors_.size()) anchors_.resize(anchor + 1);
+    anchors_[anchor] = std::move(a);
+  }
+
+  static void Measure(const YamlNode& node, int depth, Anchored& out) {
+    ++out.size;
+    out.text += node.scalar.size();
+    out.height = std::max(out.height, depth);
+    for (const YamlNode& item : node.items) Measure(item, depth + 1, out);
+    for (const YamlEntry& entry : node.entries) {
+      Measure(entry.key, depth + 1, out);
+      Measure(entry.value, depth + 1, out);
+    }
   }
 
   static YAML::Mark MarkOf(const YamlNode& node) {
@@ -179,47 +363,14 @@ class Copier {
     }
   }
 
+  std::vector<Open> open_;                        // at most kMaxYamlDepth + 1
+  std::vector<std::optional<Anchored>> anchors_;  // by yaml-cpp's anchor number
+  std::optional<YamlNode> root_;
   std::size_t nodes_ = 0;
   std::size_t text_bytes_ = 0;
+  bool started_ = false;
+  int previous_start_ = -1;
 };
-
-// Debian's yaml-cpp 0.7 LoadAll() loops forever, adding a null document per
-// turn until memory runs out, when a document starts with a token its parser
-// does not consume (e.g. `{"a": 1}, "b"`: the stray ',' after a flow mapping).
-// Upstream fixed it in yaml-cpp PR #1319 (after 0.8.0). Found by
-// fuzz/config_fuzzer. This pass walks the documents with a handler that
-// builds nothing and reports the first document that starts where the
-// previous one did, i.e. made no progress; LoadAll() runs only after it.
-class DocumentStarts : public YAML::EventHandler {
- public:
-  YAML::Mark start;
-  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
-// Throws YAML::ParserException where LoadAll() would not return.
-void CheckDocumentsAdvance(const std::string& text) {
-  std::istringstream in(text);
-  YAML::Parser parser(in);
-  DocumentStarts handler;
-  int previous = -1;
-  while (parser.HandleNextDocument(handler)) {
-    if (handler.start.pos == previous) {
-      throw YAML::ParserException(handler.start, "unexpected token at the start of a document");
-    }
-    previous = handler.start.pos;
-  }
-}
 
 }  // namespace
 
@@ -229,20 +380,15 @@ Result<YamlNode> ParseYaml(std::string_view text, std::string_view source) {
                            std::to_string(kMaxYamlBytes) + " bytes");
   }
   try {
+    CheckTokenCount(text);
     // Empty documents (a stray `---`) are skipped; more than one non-empty
     // document is an error.
-    std::vector<YAML::Node> docs;
-    CheckDocumentsAdvance(std::string(text));
-    for (YAML::Node& doc : YAML::LoadAll(std::string(text))) {
-      if (!doc.IsNull()) docs.push_back(std::move(doc));
+    std::istringstream in{std::string(text)};
+    YAML::Parser parser(in);
+    TreeBuilder builder;
+    while (parser.HandleNextDocument(builder)) {
     }
-    if (docs.empty()) return YamlNode{};
-    if (docs.size() > 1) {
-      return InvalidArgument(Location(source, docs[1].Mark()) +
-                             ": more than one YAML document; a config file holds one");
-    }
-    Copier copier;
-    return copier.Copy(docs[0], 0);
+    return builder.TakeRoot().value_or(YamlNode{});
   } catch (const CopyError& e) {
     return InvalidArgument(Location(source, e.mark) + ": " + e.message);
   } catch (const YAML::Exception& e) {

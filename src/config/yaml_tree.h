@@ -47,11 +47,16 @@ struct YamlEntry {
   YamlNode value;
 };
 
-// Limits that keep hostile input (alias bombs, absurd nesting) cheap.
+// Limits that keep hostile input (alias bombs, absurd nesting, long flow
+// collections) cheap: each is enforced while parsing, so that no input under
+// kMaxYamlBytes makes ParseYaml hold more than a few tens of MB at any time.
 inline constexpr std::size_t kMaxYamlBytes = 1 << 20;  // 1 MiB
 inline constexpr std::size_t kMaxYamlNodes = 100000;   // after alias expansion
 inline constexpr std::size_t kMaxYamlTextBytes = 16 << 20;  // scalars, after alias expansion
 inline constexpr int kMaxYamlDepth = 64;
+// Counted on the text before yaml-cpp reads it (see ParseYaml): bounds what
+// yaml-cpp's scanner holds, which the limits above cannot.
+inline constexpr std::size_t kMaxYamlTokens = 100000;
 
 // Parses one YAML (or JSON) document. OK with a kNull root for an empty
 // document (nothing but whitespace and comments). INVALID_ARGUMENT for

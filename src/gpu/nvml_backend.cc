@@ -6,14 +6,15 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <tuple>
 #include <utility>
+
+#include "common/read_file.h"
 
 namespace danqing::gpu {
 namespace {
@@ -270,10 +271,15 @@ std::optional<int> PciNumaNode(const std::string& sysfs_root, const PciInfo& pci
   }
   char address[32];
   std::snprintf(address, sizeof address, "%04x:%02x:%02x.%x", pci.domain, pci.bus, pci.device, function);
-  std::ifstream in(sysfs_root + "/bus/pci/devices/" + address + "/numa_node");
-  int node = -1;
-  if (!(in >> node) || node < 0) return std::nullopt;  // no file, or -1: one node, or none known
-  return node;
+  // sysfs_root is configurable: read through ReadTextFile, which never
+  // blocks on a FIFO.
+  const auto text = ReadTextFile(sysfs_root + "/bus/pci/devices/" + address + "/numa_node");
+  if (!text) return std::nullopt;  // no file
+  char* end = nullptr;
+  const long node = std::strtol(text->c_str(), &end, 10);
+  if (end == text->c_str() || node < 0 || node > 1 << 16)
+    return std::nullopt;  // -1: one node, or none known
+  return static_cast<int>(node);
 }
 
 Result<std::unique_ptr<NvmlBackend>> NvmlBackend::Create(const std::string& library_path,

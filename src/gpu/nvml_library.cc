@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/read_file.h"
+
 namespace danqing::gpu {
 namespace {
 
@@ -39,6 +41,14 @@ std::string ResolveNvmlLibraryPath(const std::string& flag_value) {
 
 Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Open(const std::string& path) {
   const std::string target = path.empty() ? kDefaultSoname : path;
+  // A path (not a soname the dynamic linker searches for) may name a FIFO,
+  // whose open() inside dlopen would block the start or the reload, and the
+  // thread that takes SIGTERM with it: refuse what is not a regular file.
+  if (target.find('/') != std::string::npos) {
+    if (Status st = CheckRegularFile(target); st.code() == StatusCode::kFailedPrecondition) {
+      return Unavailable("cannot load NVML library '" + target + "': " + st.message());
+    }
+  }
   dlerror();  // clear
   // RTLD_NODELETE: the driver's library starts threads of its own; it stays
   // mapped for the life of the process even after dlclose().

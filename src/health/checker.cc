@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 namespace danqing::health {
@@ -103,6 +104,7 @@ std::unique_ptr<gpu::EventStream> Checker::Subscribe() {
   auto s = backend_.WatchEvents(gpus);
   if (!s.ok()) {
     spdlog::warn("health: no device events ({}); relying on polling, retrying in 10 s", s.status().ToString());
+    CatchUpHealth(nullptr);
     return nullptr;
   }
   for (const auto& e : (*s)->errors()) {
@@ -110,6 +112,7 @@ std::unique_ptr<gpu::EventStream> Checker::Subscribe() {
                  e.status.ToString());
   }
   CatchUpMigChanges();
+  CatchUpHealth(s->get());
   return std::move(s).value();
 }
 
@@ -137,6 +140,7 @@ void Checker::EventsLoop(std::unique_ptr<gpu::EventStream> stream) {
       // keep coming; a stream that breaks again and again is given a pause
       // that doubles up to 30 s, each subscription being a discovery too.
       ++broken;
+      MarkEventsUnwatched();
       if (broken == 1) {
         spdlog::warn("health: device event stream failed ({}); subscribing again", ev.status().ToString());
         stream = Subscribe();
@@ -158,6 +162,7 @@ void Checker::EventsLoop(std::unique_ptr<gpu::EventStream> stream) {
         if (const size_t n = stream->RetryErrors(); n > 0) {
           spdlog::info("health: events from {} more GPU(s) watched again ({} still not)", n,
                        stream->errors().size());
+          CatchUpHealth(stream.get());
         }
       }
     }
@@ -201,6 +206,59 @@ void Checker::CatchUpMigChanges() {
   if (changed.empty()) return;
   spdlog::info("health: MIG layout of {} changed before events were watched", changed);
   on_mig_change_();
+}
+
+void Checker::MarkEventsUnwatched() {
+  std::lock_guard lock(mu_);
+  for (const auto& uuid : monitor_.GpuUuids()) monitor_.SetEventsWatched(uuid, false);
+}
+
+void Checker::CatchUpHealth(const gpu::EventStream* stream) {
+  std::set<std::string> left_out;
+  if (stream != nullptr) {
+    for (const auto& e : stream->errors()) left_out.insert(e.uuid);
+  }
+  const auto covered = [&](const std::string& uuid) {
+    return stream != nullptr && !left_out.contains(uuid);
+  };
+  std::vector<std::string> gap;  // GPUs whose events were not watched until now
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& uuid : monitor_.GpuUuids()) {
+      if (!monitor_.events_watched(uuid)) {
+        gap.push_back(uuid);
+      } else if (!covered(uuid)) {
+        monitor_.SetEventsWatched(uuid, false);
+      }
+    }
+  }
+  if (gap.empty()) return;
+  // Read after the subscription: a fault from here on raises an event, one
+  // from before left its trace in what this reads. Still marked unwatched
+  // while the reading is applied, so a grown ECC count counts as the missed
+  // double-bit event. GPUs still left out (lost) are read too: the poll
+  // thread would see them only at its next round.
+  bool changed = false;
+  size_t back = 0;
+  for (const auto& uuid : gap) {
+    auto reading = backend_.ReadSensors(uuid);  // NVML calls outside the lock
+    std::lock_guard lock(mu_);
+    changed |= monitor_.OnPoll(uuid, reading, Clock::now());
+    if (covered(uuid)) {
+      monitor_.SetEventsWatched(uuid, true);
+      ++back;
+    }
+  }
+  if (back > 0) {
+    spdlog::info(
+        "health: events of {} GPU(s) watched again; their sensors read for faults raised meanwhile",
+        back);
+  }
+  if (changed) {
+    std::lock_guard lock(mu_);
+    PublishLocked();
+  }
+  FlushLog();
 }
 
 void Checker::PollLoop() {

@@ -62,7 +62,10 @@ class Checker {
   // and tries to subscribe again every 10 s. A stream that fails (a GPU fell
   // off the bus) is replaced at once, then with a pause that doubles up to
   // 30 s while it keeps failing; GPUs left out because they were lost are
-  // subscribed again every event_retry_interval once they answer.
+  // subscribed again every event_retry_interval once they answer. Events
+  // raised while a GPU was not subscribed are lost (NVML keeps none for a
+  // later set); once it is again, its sensors are read at once for what the
+  // gap left behind (CatchUpHealth).
   //
   // `previous` (may be null): a stopped checker this one replaces; its
   // devices' conditions are carried over and published at once.
@@ -89,6 +92,15 @@ class Checker {
   // Rediscovers once and calls on_mig_change when a GPU present in both has
   // another MIG mode or other MIG devices than the tracked inventory.
   void CatchUpMigChanges();
+  // After each subscription attempt (`stream` null when it failed): GPUs the
+  // stream does not cover are marked unwatched in the monitor; those it
+  // covers again after a gap (a failed stream, a failed subscription, a GPU
+  // left out while lost) have their sensors read once, now that a new event
+  // would be seen, so that a fault from the gap is raised from the trace it
+  // left (see Monitor::SetEventsWatched), then are marked watched.
+  void CatchUpHealth(const gpu::EventStream* stream);
+  // The stream failed: from now until the next subscription, events are lost.
+  void MarkEventsUnwatched();
   void PollLoop();
   void PublishLocked();  // mu_ held
   void FlushLog();       // writes the monitor's deferred log lines; mu_ not held

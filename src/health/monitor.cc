@@ -50,6 +50,7 @@ void Monitor::SetInventory(const gpu::NodeInventory& inventory) {
       fresh.last_xid = it->second.last_xid;
       fresh.last_ecc_uncorrected = it->second.last_ecc_uncorrected;
       fresh.thermal_start_c = it->second.thermal_start_c;
+      fresh.events_watched = it->second.events_watched;
     }
     next.emplace(uuid, std::move(fresh));
   };
@@ -97,6 +98,15 @@ void Monitor::CarryFrom(const Monitor& previous) {
 }
 
 std::vector<std::string> Monitor::GpuUuids() const { return gpus_; }
+
+void Monitor::SetEventsWatched(const std::string& gpu_uuid, bool watched) {
+  if (auto it = devices_.find(gpu_uuid); it != devices_.end()) it->second.events_watched = watched;
+}
+
+bool Monitor::events_watched(const std::string& gpu_uuid) const {
+  const auto it = devices_.find(gpu_uuid);
+  return it == devices_.end() || it->second.events_watched;
+}
 
 void Monitor::Log(bool warning, std::string text) {
   if (defer_log_) {
@@ -334,7 +344,14 @@ bool Monitor::OnPoll(const std::string& gpu_uuid, const Result<gpu::Sensors>& re
       c.last_seen = now;
       c.detail = "uncorrectable ECC errors grew from " + std::to_string(*d.last_ecc_uncorrected) + " to " +
                  std::to_string(now_count);
-      raise.emplace_back("ecc-uncorrectable", std::move(c));
+      raise.emplace_back("ecc-uncorrectable", c);
+      if (!d.events_watched) {
+        c.needs_reset = true;
+        c.detail +=
+            " while device events were not watched (the double-bit ECC event went unseen), "
+            "needs a GPU reset";
+        raise.emplace_back("double-bit-ecc", std::move(c));
+      }
     }
     d.last_ecc_uncorrected = now_count;
   }

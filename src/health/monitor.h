@@ -30,6 +30,10 @@
 //                      gone (after the reset)
 //     ecc-uncorrectable volatile uncorrectable ECC count grew: latched like
 //                      an unhealthy-class XID (quiet period)
+//   from polls standing in for events (see SetEventsWatched):
+//     double-bit-ecc   the volatile uncorrectable ECC count grew while the
+//                      GPU's events were not watched: the double-bit ECC
+//                      event that went unseen would have raised it
 //
 // An event naming a MIG device (GPU and compute instance) affects that MIG
 // device only; one naming the GPU affects the GPU and, through the advertised
@@ -110,6 +114,20 @@ class Monitor {
   // The GPUs to poll (UUIDs, in inventory order).
   std::vector<std::string> GpuUuids() const;
 
+  // Whether NVML events of the GPU reach this monitor (the default). NVML
+  // delivers an event only to an event set registered when it happened and
+  // has no call to read past XIDs: while the stream is broken, being
+  // replaced, or the GPU could not be subscribed, events are lost for good.
+  // Meanwhile a poll stands in for the one event whose trace NVML keeps: a
+  // grown volatile uncorrectable ECC count raises double-bit-ecc (needs a
+  // reset), as the event would have. Other faults leave their own polled
+  // traces (lost GPU, pending page retirement or row remapping), raised
+  // either way; an XID with no such trace cannot be recovered. Checker reads
+  // the sensors once more after each new subscription, before it sets a GPU
+  // watched again.
+  void SetEventsWatched(const std::string& gpu_uuid, bool watched);
+  bool events_watched(const std::string& gpu_uuid) const;
+
   // Log lines (transitions, ignored XIDs) are written as they happen, or,
   // after DeferLog(true), kept until FlushLog(). Checker defers them so that a
   // change is published before it is logged: writing to the log pipe wakes its
@@ -142,6 +160,7 @@ class Monitor {
     std::optional<uint64_t> last_ecc_uncorrected;
     uint32_t thermal_start_c = 0;
     int hw_slowdown_polls = 0;  // polls in a row showing HW slowdown or power brake
+    bool events_watched = true;  // see SetEventsWatched
   };
 
   // Sets or refreshes a condition; returns true if it is new.

@@ -1104,6 +1104,40 @@ TEST(FakeNvmlControl, XidAndEccReachEventWait) {
   EXPECT_EQ(n.nvmlEventSetFree(set), NVML_SUCCESS);
 }
 
+// As real NVML: an event is kept only on the sets registered when it was
+// raised. One queued on a set freed before it was read, or raised while no
+// set held the GPU, is never delivered to a later set; only its trace (the
+// ECC counters) remains. The health checker must not count on more.
+TEST(FakeNvmlControl, EventsOfAGapAreNotDeliveredToALaterSet) {
+  const std::string socket = temp_path(".sock");
+  Session session(profile("a100-8x-nvswitch.json"), socket);
+  ASSERT_EQ(session.rc(), NVML_SUCCESS);
+  Library& n = lib();
+  ControlClient control(socket);
+  const unsigned long long types = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError;
+  nvmlEventSet_t old_set = nullptr;
+  ASSERT_EQ(n.nvmlEventSetCreate(&old_set), NVML_SUCCESS);
+  ASSERT_EQ(n.nvmlDeviceRegisterEvents(device(0), types, old_set), NVML_SUCCESS);
+  control.ok({{"cmd", "fail"}, {"function", "nvmlEventSetWait"}, {"error", "UNKNOWN"}});
+  control.ok({{"cmd", "xid"}, {"gpu", 0}, {"xid", 48}});
+  nvmlEventData_t data{};
+  EXPECT_EQ(n.nvmlEventSetWait_v2(old_set, &data, 0), NVML_ERROR_UNKNOWN);
+  EXPECT_EQ(n.nvmlEventSetFree(old_set), NVML_SUCCESS);          // the XID goes with it
+  control.ok({{"cmd", "ecc"}, {"gpu", 0}, {"type", "double"}});  // no set at all
+  control.ok({{"cmd", "fail"}, {"function", "nvmlEventSetWait"}, {"error", nullptr}});
+
+  nvmlEventSet_t new_set = nullptr;
+  ASSERT_EQ(n.nvmlEventSetCreate(&new_set), NVML_SUCCESS);
+  ASSERT_EQ(n.nvmlDeviceRegisterEvents(device(0), types, new_set), NVML_SUCCESS);
+  EXPECT_EQ(n.nvmlEventSetWait_v2(new_set, &data, 0), NVML_ERROR_TIMEOUT);
+  unsigned long long ecc = 0;
+  EXPECT_EQ(n.nvmlDeviceGetTotalEccErrors(device(0), NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                          NVML_VOLATILE_ECC, &ecc),
+            NVML_SUCCESS);
+  EXPECT_EQ(ecc, 1U);
+  EXPECT_EQ(n.nvmlEventSetFree(new_set), NVML_SUCCESS);
+}
+
 TEST(FakeNvmlControl, LostGpuFailsWhileOthersWork) {
   const std::string socket = temp_path(".sock");
   Session session(profile("a100-8x-nvswitch.json"), socket);

@@ -398,6 +398,39 @@ TEST_F(DaemonTest, CdiSpecWithoutADriverRootSaysSoInTheLog) {
   EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
 }
 
+// A FIFO as the config file blocked open() forever: at start the process
+// hung; on a reload the thread that takes signals did, so later reloads and
+// SIGTERM were ignored (issue 31). Refused at once, saying why; the running
+// configuration stays and SIGTERM still stops the agent.
+TEST_F(DaemonTest, AConfigFileThatIsAFifoIsRefusedAtStartAndOnReload) {
+  ASSERT_EQ(::mkfifo(config_.c_str(), 0644), 0);
+  {
+    ChildProcess daemon(Args());
+    EXPECT_EQ(daemon.Wait(10'000), 2) << daemon.Output();
+    EXPECT_THAT(daemon.Output(), HasSubstr("not a regular file: a FIFO"));
+  }
+  std::filesystem::remove(config_);
+
+  FakeNode node("a100-8x-nvswitch");
+  std::ofstream(config_) << "version: v1\n";
+  KubeletEmulator kubelet(dir_);
+  ASSERT_TRUE(kubelet.Start().ok());
+  ChildProcess daemon(Args());
+  ASSERT_TRUE(kubelet.WaitForRegistration("nvidia.com/gpu", 10s)) << daemon.Output();
+  std::filesystem::remove(config_);
+  ASSERT_EQ(::mkfifo(config_.c_str(), 0644), 0);
+  ASSERT_TRUE(daemon.Signal(SIGHUP));  // the file watcher may have sent one already
+  bool refused = false;
+  for (int i = 0; i < 200 && !refused; ++i) {
+    refused = daemon.Output().find("not a regular file: a FIFO") != std::string::npos;
+    if (!refused) std::this_thread::sleep_for(25ms);
+  }
+  EXPECT_TRUE(refused) << daemon.Output();
+  ASSERT_TRUE(daemon.Signal(SIGTERM));
+  EXPECT_EQ(daemon.Wait(10'000), 0) << daemon.Output();
+  EXPECT_TRUE(kubelet.Devices("nvidia.com/gpu").size() == 8u);
+}
+
 TEST_F(DaemonTest, MalformedConfigIsAUsageErrorNamingTheLine) {
   std::ofstream(config_) << "version: v1\nflags:\n  migStrategy: none\n  bogusField: 1\n";
   ChildProcess daemon(Args());

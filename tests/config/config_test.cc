@@ -5,6 +5,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,11 +18,16 @@
 #include <string>
 #include <vector>
 
+#include "config/yaml_tree.h"
+#include "testing/support/fifo.h"
+#include "testing/support/temp_dir.h"
+
 namespace danqing::config {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using namespace std::chrono_literals;
 
@@ -703,12 +710,95 @@ TEST(FileErrorTest, AliasesOfALongScalarAreRejectedCheaply) {
   EXPECT_THAT(st.message(), HasSubstr("bytes of text (after expanding aliases)"));
 }
 
+TEST(FileErrorTest, AnAliasInsideTheNodeItNamesIsRejected) {
+  const Status st = ParseStatus("version: v1\nx: &a [1, *a]\n");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(),
+              HasSubstr("test.yaml:2:11: an alias (*) inside the node its anchor names"));
+}
+
 TEST(FileErrorTest, DeepNestingIsRejected) {
   const std::string yaml =
       "version: v1\nx: " + std::string(200, '[') + std::string(200, ']') + "\n";
   const Status st = ParseStatus(yaml);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("nesting deeper than"));
+}
+
+// The parse's peak under the plain build. Sanitizers change what a process
+// holds (shadow memory, ASan's quarantine of freed blocks): there only the
+// refusal is checked here; the config fuzzer checks the bound under ASan
+// with limits of its own (scripts/fuzz.sh).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr long kParsePeakKb = 0;
+#else
+constexpr long kParsePeakKb = 96L * 1024;
+#endif
+
+// Files under the size and depth limits whose shape made yaml-cpp build
+// hundreds of MB before any limit could refuse them (issue 31): each is
+// parsed in a child process, whose peak resident memory (the test's own
+// ~10 MB included) must stay well under the agent's 128 Mi limit. The last
+// two are the largest the token count lets through: they reach yaml-cpp.
+TEST(FileErrorTest, HostileShapesAreRefusedInBoundedMemory) {
+  constexpr std::size_t kSize = (1 << 20) - 64;  // under the 1 MiB limit
+  const auto repeat = [](std::string_view unit, std::size_t bytes) {
+    std::string out;
+    out.reserve(bytes + unit.size());
+    while (out.size() + unit.size() <= bytes) out += unit;
+    return out;
+  };
+  const std::pair<const char*, std::string> kShapes[] = {
+      {"unclosed brackets", "version: v1\nx: " + std::string(kSize, '[')},
+      {"unclosed braces", std::string(kSize, '{')},
+      {"JSON list", "[" + repeat("1,", kSize) + "1]"},
+      {"flow list in a mapping", "version: v1\nx: [" + repeat("1,", kSize) + "1]\n"},
+      {"flow mapping of empty entries", "{" + repeat("a,", kSize) + "a}"},
+      {"nested lists", "version: v1\nx: " + repeat("[1,", kSize)},
+      {"block list", "version: v1\nx:\n" + repeat("- 1\n", kSize)},
+      {"anchors", "version: v1\nx: [" + repeat("&a a,", kSize) + "a]\n"},
+      {"JSON list at the token limit",
+       "[" + repeat("1,", 2 * (internal::kMaxYamlTokens - 10)) + "1]"},
+      {"block list at the token limit",
+       "version: v1\nx:\n" + repeat("- 1\n", 4 * (internal::kMaxYamlTokens - 10))},
+  };
+  for (const auto& [name, text] : kShapes) {
+    SCOPED_TRACE(name);
+    ASSERT_LE(text.size(), internal::kMaxYamlBytes);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto cfg = ParseConfig(text, "hostile.yaml");
+      const bool refused = !cfg.ok() && cfg.status().code() == StatusCode::kInvalidArgument &&
+                           cfg.status().message().find("out of memory") == std::string::npos;
+      ::_exit(refused ? 0 : 1);
+    }
+    int status = 0;
+    rusage usage{};
+    ASSERT_EQ(::wait4(pid, &status, 0, &usage), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << "the parsing child died: status " << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "accepted, or refused for another reason";
+    if (kParsePeakKb > 0) {
+      EXPECT_LT(usage.ru_maxrss, kParsePeakKb) << "peak resident kB of the parsing child";
+    }
+  }
+  // Refused at once, saying why and where.
+  const Status st = ParseStatus("version: v1\nx: " + std::string(kSize, '['));
+  EXPECT_THAT(st.message(), HasSubstr("test.yaml:2:"));
+  EXPECT_THAT(st.message(), HasSubstr("YAML tokens"));
+}
+
+// The token count reads indicators, not words: comments and long strings
+// cost next to nothing, so a config of ordinary size is never near it.
+TEST(FileErrorTest, LongCommentsAndStringsDoNotCountAsTokens) {
+  std::string yaml = "version: v1\n";
+  for (int i = 0; i < 8000; ++i)
+    yaml += "# the time-slicing replicas of every GPU on this node type\n";
+  yaml += "flags:\n  migStrategy: \"" + std::string(100000, 'x') + "\"\n";
+  ASSERT_LT(yaml.size(), internal::kMaxYamlBytes);
+  const Status st = ParseStatus(yaml);
+  EXPECT_THAT(st.message(), Not(HasSubstr("tokens")));
+  EXPECT_THAT(st.message(), HasSubstr("flags.migStrategy"));
 }
 
 // --- Files on disk ---------------------------------------------------------------------
@@ -734,6 +824,29 @@ TEST(LoadConfigFileTest, MissingFileAndDirectory) {
   const Status dir = LoadConfigFile(::testing::TempDir()).status();
   EXPECT_FALSE(dir.ok());
   EXPECT_THAT(dir.message(), HasSubstr("cannot read config file"));
+}
+
+// A FIFO (or a link to one) as the config file blocked open() forever, at
+// start and on a reload, and the reload with it the thread that takes
+// SIGTERM. Refused at once, as is a device.
+TEST(LoadConfigFileTest, AFifoOrDeviceIsRefusedWithoutBlocking) {
+  const testing::TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  testing::FifoGuard fifo(dir.path() + "/config.yaml");
+  ASSERT_TRUE(fifo.made());
+  const std::string link = dir.path() + "/link.yaml";
+  ASSERT_EQ(::symlink(fifo.path().c_str(), link.c_str()), 0);
+  const Status direct = LoadConfigFile(fifo.path()).status();
+  const Status linked = LoadConfigFile(link).status();
+  ASSERT_TRUE(fifo.Done()) << "blocked on the FIFO";
+  EXPECT_EQ(direct.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(direct.message(),
+            "cannot read config file \"" + fifo.path() + "\": not a regular file: a FIFO");
+  EXPECT_THAT(linked.message(), HasSubstr("not a regular file: a FIFO"));
+
+  const Status zero = LoadConfigFile("/dev/zero").status();
+  EXPECT_EQ(zero.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(zero.message(), HasSubstr("not a regular file: a character device"));
 }
 
 TEST(LoadConfigFileTest, OversizedFileIsRejected) {

@@ -16,6 +16,8 @@
 #include <set>
 
 #include "testing/support/fake_node.h"
+#include "testing/support/fifo.h"
+#include "testing/support/temp_dir.h"
 
 namespace danqing::gpu {
 namespace {
@@ -164,6 +166,23 @@ TEST(NvmlBackendTest, H100PcieAcrossTwoNumaNodes) {
   EXPECT_EQ(inv.gpus[1].numa_node, 1);
   EXPECT_EQ(inv.topology.at(0, 1).nvlinks, 0);
   EXPECT_EQ(inv.topology.at(0, 1).pcie, PcieLevel::kSystem);
+}
+
+// The sysfs root is configurable: a FIFO as a numa_node file is no node,
+// not a discovery blocked for good (issue 31).
+TEST(NvmlBackendTest, ANumaNodeFileThatIsAFifoIsNoNode) {
+  const danqing::testing::TempDir root;
+  ASSERT_FALSE(root.path().empty());
+  const std::string dir = root.path() + "/bus/pci/devices/0000:07:00.0";
+  std::filesystem::create_directories(dir);
+  danqing::testing::FifoGuard fifo(dir + "/numa_node");
+  ASSERT_TRUE(fifo.made());
+  PciInfo pci;
+  pci.bus_id = "00000000:07:00.0";
+  pci.bus = 7;
+  const auto node = PciNumaNode(root.path(), pci);
+  ASSERT_TRUE(fifo.Done()) << "blocked on the FIFO";
+  EXPECT_FALSE(node.has_value());
 }
 
 TEST(NvmlBackendTest, NumaNodesComeFromSysfsNotFromNvml) {

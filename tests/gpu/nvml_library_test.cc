@@ -7,6 +7,8 @@
 #include <cstdlib>
 
 #include "testing/support/fake_node.h"
+#include "testing/support/fifo.h"
+#include "testing/support/temp_dir.h"
 
 namespace danqing::gpu {
 namespace {
@@ -23,6 +25,20 @@ TEST(NvmlLibraryTest, MissingLibraryIsUnavailableWithClearMessage) {
   EXPECT_EQ(lib.status().code(), StatusCode::kUnavailable);
   EXPECT_THAT(lib.status().message(),
               AllOf(HasSubstr("/nonexistent/dir/libnvidia-ml.so.1"), HasSubstr("--nvml-lib")));
+}
+
+// --nvml-lib naming a FIFO blocked dlopen's open(), at start or on a
+// reload, and SIGTERM with it (issue 31).
+TEST(NvmlLibraryTest, AFifoIsRefusedWithoutBlocking) {
+  const danqing::testing::TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  danqing::testing::FifoGuard fifo(dir.path() + "/libnvidia-ml.so.1");
+  ASSERT_TRUE(fifo.made());
+  auto lib = NvmlLibrary::Open(fifo.path());
+  ASSERT_TRUE(fifo.Done()) << "blocked on the FIFO";
+  ASSERT_FALSE(lib.ok());
+  EXPECT_EQ(lib.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(lib.status().message(), HasSubstr("not a regular file: a FIFO"));
 }
 
 TEST(NvmlLibraryTest, LibraryWithoutNvmlSymbolsIsRejectedNamingThem) {

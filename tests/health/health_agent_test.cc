@@ -651,6 +651,102 @@ TEST(CheckerTest, AnEventRaisedOnceStartReturnedIsSeen) {
   EXPECT_TRUE(sick);
 }
 
+// A backend that runs a hook (once) as the checker subscribes again, before
+// the new event set exists: what the hook does happens in the gap.
+class HookOnResubscribe : public gpu::GpuBackend {
+ public:
+  explicit HookOnResubscribe(gpu::GpuBackend& real) : real_(real) {}
+  void Arm(std::function<void()> hook) {
+    std::lock_guard lock(mu_);
+    hook_ = std::move(hook);
+  }
+  Result<gpu::NodeInventory> Discover() override { return real_.Discover(); }
+  Result<gpu::Sensors> ReadSensors(const std::string& uuid) override {
+    return real_.ReadSensors(uuid);
+  }
+  Result<std::unique_ptr<gpu::EventStream>> WatchEvents(
+      const std::vector<std::string>& gpus) override {
+    std::function<void()> hook;
+    {
+      std::lock_guard lock(mu_);
+      hook = std::exchange(hook_, nullptr);
+    }
+    if (hook) hook();
+    return real_.WatchEvents(gpus);
+  }
+  std::string Describe() const override { return real_.Describe(); }
+
+ private:
+  gpu::GpuBackend& real_;
+  std::mutex mu_;
+  std::function<void()> hook_;
+};
+
+// NVML delivers an event only to the sets registered when it happened, and
+// has no call to read past XIDs; the fake is as faithful. Faults while the
+// event stream was broken (issue 31: a failed wait, then a new
+// subscription) raised events no set saw; each is found from its trace.
+void FaultsWhileTheEventStreamWasBroken(std::chrono::milliseconds poll_interval) {
+  FakeNode node("a100-8x-nvswitch");
+  auto backend = gpu::NvmlBackend::Create(testing::FakeNvmlLibrary());
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  auto inventory = (*backend)->Discover();
+  ASSERT_TRUE(inventory.ok()) << inventory.status().ToString();
+  const auto uuid = [&](int i) { return inventory->gpus[static_cast<size_t>(i)].uuid; };
+  HookOnResubscribe hooked(**backend);
+  health::CheckerOptions opts;
+  opts.poll_interval = poll_interval;
+  // GPU 7, polled last, shows when the first poll (the ECC baselines) is over.
+  node.Control(R"({"cmd":"fail","gpu":7,"function":"nvmlDeviceGetMemoryInfo","error":"UNKNOWN"})");
+  health::Checker checker(hooked, opts, [](const auto&) {});
+  checker.Start(*inventory);
+  const auto wait_for =
+      [&](const std::function<bool(const std::map<std::string, std::string>&)>& done) {
+        for (int i = 0; i < 500; ++i) {
+          if (done(checker.Unhealthy())) return true;
+          std::this_thread::sleep_for(10ms);
+        }
+        return false;
+      };
+  ASSERT_TRUE(wait_for([&](const auto& sick) { return sick.contains(uuid(7)); }));
+
+  hooked.Arm([&node] {
+    // The failed stream's set is still there but never read again; the new
+    // one is not yet registered: these events reach no one.
+    node.Control(R"({"cmd":"ecc","gpu":2,"type":"double"})");
+    node.Control(R"({"cmd":"set","gpu":3,"sensors":{"remapped_rows":{"pending":true}}})");
+    node.Control(R"({"cmd":"lost","gpu":5})");
+    node.Control(R"({"cmd":"fail","function":"nvmlEventSetWait","error":null})");
+  });
+  node.Control(R"({"cmd":"fail","function":"nvmlEventSetWait","error":"UNKNOWN"})");
+  const bool marked = wait_for([&](const auto& sick) {
+    return sick.contains(uuid(2)) && sick.contains(uuid(3)) && sick.contains(uuid(5));
+  });
+  const auto sick = checker.Unhealthy();
+  checker.Stop();
+  ASSERT_TRUE(marked);
+  EXPECT_THAT(sick.at(uuid(2)),
+              HasSubstr("double-bit-ecc"));  // needs a reset, as the event's would
+  EXPECT_EQ(sick.at(uuid(3)), "row-remap-pending");
+  EXPECT_EQ(sick.at(uuid(5)), "gpu-lost");
+  for (const auto& h : checker.Snapshot()) {
+    if (h.uuid == uuid(2)) {
+      EXPECT_TRUE(h.needs_reset);
+    }
+  }
+}
+
+// Not at the next poll (an hour away): as soon as events are watched again.
+TEST(CheckerTest, FaultsWhileTheEventStreamWasBrokenMarkTheirGpusAtOnce) {
+  FaultsWhileTheEventStreamWasBroken(1h);
+}
+
+// Polled as often as the agent does, the ECC error was seen before too, but
+// only as the poll's own condition, which clears after the quiet period.
+TEST(CheckerTest, ADoubleBitErrorWhileTheEventStreamWasBrokenNeedsAReset) {
+  FaultsWhileTheEventStreamWasBroken(50ms);
+}
+
 // NVML queues an event only for a set already subscribed, so a re-partition
 // made between the inventory's discovery and the checker's subscription
 // raises no event. The checker compares the layout once subscribed.

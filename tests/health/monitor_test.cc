@@ -332,6 +332,36 @@ TEST_F(MonitorTest, DoubleBitEccEventNeedsAReset) {
   EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu0, "double-bit-ecc")));
 }
 
+// NVML keeps no event for a set registered later: a double-bit ECC error
+// while a GPU's events were not watched (issue 31) is known only from the
+// grown counter, which then raises what the event would have.
+TEST_F(MonitorTest, GrownEccWhileEventsAreNotWatchedNeedsAResetAsTheEventWould) {
+  gpu::Sensors s = Normal();
+  s.ecc_volatile_uncorrected = 3;
+  EXPECT_FALSE(monitor_.OnPoll(kGpu0, s, t0_));
+  EXPECT_FALSE(monitor_.OnPoll(kGpu1, s, t0_));
+  EXPECT_TRUE(monitor_.events_watched(kGpu0));
+  monitor_.SetEventsWatched(kGpu0, false);
+  EXPECT_FALSE(monitor_.events_watched(kGpu0));
+  s.ecc_volatile_uncorrected = 4;
+  EXPECT_TRUE(monitor_.OnPoll(kGpu0, s, t0_ + 1s));
+  EXPECT_TRUE(monitor_.OnPoll(kGpu1, s, t0_ + 1s));  // watched: its event raises double-bit-ecc
+  EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu0, "double-bit-ecc,ecc-uncorrectable"),
+                                                Pair(kGpu1, "ecc-uncorrectable")));
+  monitor_.SetEventsWatched(kGpu0, true);
+  EXPECT_TRUE(monitor_.Tick(t0_ + 1s + 5min));
+  EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu0, "double-bit-ecc")));
+  // Watched again, a later growth is the poll's own condition only.
+  s.ecc_volatile_uncorrected = 5;
+  EXPECT_TRUE(monitor_.OnPoll(kGpu0, s, t0_ + 6min));
+  EXPECT_THAT(monitor_.Unhealthy(), ElementsAre(Pair(kGpu0, "double-bit-ecc,ecc-uncorrectable")));
+  // A rediscovery keeps the flag.
+  monitor_.SetEventsWatched(kGpu1, false);
+  monitor_.SetInventory(Inventory());
+  EXPECT_FALSE(monitor_.events_watched(kGpu1));
+  EXPECT_TRUE(monitor_.events_watched(kGpu0));
+}
+
 TEST_F(MonitorTest, DisabledChecksChangeNothing) {
   MonitorOptions o;
   o.policy = *XidPolicy::Make("all", "", {});

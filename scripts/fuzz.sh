@@ -14,8 +14,9 @@ shift || true
 
 # name:max_len. max_len covers the largest seed with room to grow: config
 # files and profiles are a few KiB, images are tiny ones (bigger ones only
-# make each run slower), ID lists and mig-minors files are short.
-all=(config:8192 profile:12288 image:16384 allocate:1024 mig_minors:2048)
+# make each run slower), ID lists and mig-minors files are short; request
+# heads reach past the fuzzer's 2 KiB head limit.
+all=(config:8192 profile:12288 image:16384 allocate:1024 mig_minors:2048 http_head:4096)
 selected=("${all[@]}")
 if (($#)); then
   selected=()

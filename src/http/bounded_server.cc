@@ -290,13 +290,15 @@ class BoundedServer::Connection final : public httplib::Stream {
     return false;
   }
 
-  // Frees the buffer while nothing is in it (a waiting connection then takes
-  // little memory).
+  // Keeps only the unread bytes (a part of a head, at most the header
+  // limit): a waiting connection takes no more memory than it was sent.
   void Shrink() {
-    if (off_ == len_) {
-      std::vector<char>().swap(buf_);
-      off_ = len_ = scan_ = 0;
-    }
+    std::vector<char> unread(buf_.begin() + static_cast<ptrdiff_t>(off_),
+                             buf_.begin() + static_cast<ptrdiff_t>(len_));
+    scan_ -= off_;
+    len_ -= off_;
+    off_ = 0;
+    buf_.swap(unread);
   }
 
   // Answers a refused head (JSON, Connection: close).
@@ -317,6 +319,12 @@ class BoundedServer::Connection final : public httplib::Stream {
   }
 
   bool over_limit() const { return over_limit_; }
+  // The request declared a body that was not read (httplib reads none for
+  // a GET, for one): its bytes must not be taken for the next request.
+  bool body_unread() const {
+    const auto length = parser_.content_length();
+    return (length && body_bytes_ < *length) || (parser_.chunked() && body_bytes_ == 0);
+  }
   // The status code of the response written to this request; 0 if none yet.
   int status() const {
     return status_.size() >= 12 && std::isdigit(static_cast<unsigned char>(status_[9]))
@@ -853,7 +861,7 @@ void BoundedServer::Serve(std::unique_ptr<Connection> c) {
     const bool last = c->last_request();
     const bool ok = process_request(*c, last, connection_closed, nullptr);
     const bool close = std::exchange(t_close_after_response, false);
-    if (close || c->over_limit() || FramingLost(c->status())) {
+    if (close || c->over_limit() || FramingLost(c->status()) || c->body_unread()) {
       Linger(std::move(c));
       return;
     }

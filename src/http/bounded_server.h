@@ -39,7 +39,9 @@
 //     CloseAfterResponse(): the connection is then closed after the answer,
 //     instead of the unread body being parsed as the next request (httplib
 //     0.11 keeps the connection open whatever the response's Connection
-//     header says); so is one answered 400, 408, 411, 413, 414 or 431, which
+//     header says); so is any request whose declared body was not read
+//     whole (a GET with a body, for one), and one answered 400, 408, 411,
+//     413, 414 or 431, which
 //     httplib sends when it could not read the request as framed (leftover
 //     bytes would otherwise run as requests of their own);
 //   * a path that has handlers, but none for the request's method, is

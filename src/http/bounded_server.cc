@@ -162,7 +162,7 @@ BoundedServer::BoundedServer(size_t max_header_bytes, std::chrono::milliseconds 
 
 BoundedServer::~BoundedServer() = default;
 
-int BindEveryAddress(httplib::Server& s, const std::string& host, int port) {
+int BindEveryAddress(BoundedServer& s, const std::string& host, int port) {
   auto bind = [&](const std::string& h) {
     if (port == 0) return s.bind_to_any_port(h);
     return s.bind_to_port(h, port) ? port : -1;
@@ -790,17 +790,29 @@ BoundedServer& BoundedServer::set_logger(httplib::Logger logger) {
 }
 
 bool BoundedServer::listen_after_bind() {
-  // httplib 0.11 listens with a backlog of 5: a burst of connections (idle
-  // ones reconnecting) filled it, and the kernel dropped the next SYN, the
-  // kubelet's probe's included, which was retried only after a second.
-  // Linux takes a second listen() on a listening socket as a new backlog.
-  if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, SOMAXCONN);
   const auto pool = new_task_queue;
   new_task_queue = [this, pool] { return new ServingQueue(*this, pool); };
   const bool ok = httplib::Server::listen_after_bind();
   new_task_queue = pool;
   poller_.reset();  // its thread and the pool's are joined
   return ok;
+}
+
+// httplib 0.11 listens with a backlog of 5: a burst of connections (idle
+// ones reconnecting) filled it, and the kernel dropped the next SYN, the
+// kubelet's probe's included, which was retried only after a second. Linux
+// takes a second listen() on a listening socket as a new backlog. Here, on
+// the thread that binds, before any listener runs.
+bool BoundedServer::bind_to_port(const std::string& host, int port, int socket_flags) {
+  if (!httplib::Server::bind_to_port(host, port, socket_flags)) return false;
+  ::listen(svr_sock_, SOMAXCONN);
+  return true;
+}
+
+int BoundedServer::bind_to_any_port(const std::string& host, int socket_flags) {
+  const int port = httplib::Server::bind_to_any_port(host, socket_flags);
+  if (port > 0) ::listen(svr_sock_, SOMAXCONN);
+  return port;
 }
 
 bool BoundedServer::listen(const std::string& host, int port, int socket_flags) {

@@ -57,7 +57,7 @@
 //
 // Several httplib functions are hidden, not overridden (httplib's are not
 // virtual): the handlers (Get, Post, ...), set_pre_routing_handler,
-// set_logger, listen and listen_after_bind. Call them through a
+// set_logger, bind_to_port, bind_to_any_port, listen and listen_after_bind. Call them through a
 // BoundedServer, not an httplib::Server reference: else the 405 answers, the
 // Range guard, the logging of refused heads or the poller are lost (without
 // the poller, waiting connections hold their threads as in httplib).
@@ -94,12 +94,6 @@ struct BodyRefusal {
   const char* reason = "";  // "encoding" or "too_large"
 };
 std::optional<BodyRefusal> RefuseBody(const httplib::Request& req, size_t max_body);
-
-// Binds `s` to `host`:`port` (port 0: any free port) and returns the port,
-// or -1. An empty host or "::" means every address: one IPv6 socket that takes IPv4 too, so the server answers
-// on IPv4, IPv6 and dual-stack clusters alike; where the kernel has no IPv6,
-// 0.0.0.0. "0.0.0.0" means IPv4 only.
-int BindEveryAddress(httplib::Server& s, const std::string& host, int port);
 
 class BoundedServer : public httplib::Server {
  public:
@@ -138,6 +132,11 @@ class BoundedServer : public httplib::Server {
   // Also told of the requests refused before httplib reads them (a bad or
   // overlong head): their Request has only the method and path, if known.
   BoundedServer& set_logger(httplib::Logger logger);
+  // Bind as httplib's, then raise the listen backlog (httplib's is 5: a
+  // burst of connects filled it, and the next SYN, a probe's, was dropped
+  // and retried only after a second).
+  bool bind_to_port(const std::string& host, int port, int socket_flags = 0);
+  int bind_to_any_port(const std::string& host, int socket_flags = 0);
   // Serve with the poller around httplib's task queue (new_task_queue).
   bool listen_after_bind();
   bool listen(const std::string& host, int port, int socket_flags = 0);
@@ -181,5 +180,11 @@ class BoundedServer : public httplib::Server {
   std::unique_ptr<Poller> poller_;
   std::atomic<size_t> idle_connections_{0};
 };
+
+// Binds `s` to `host`:`port` (port 0: any free port) and returns the port,
+// or -1. An empty host or "::" means every address: one IPv6 socket that takes IPv4 too, so the
+// server answers on IPv4, IPv6 and dual-stack clusters alike; where the kernel has no IPv6,
+// 0.0.0.0. "0.0.0.0" means IPv4 only.
+int BindEveryAddress(BoundedServer& s, const std::string& host, int port);
 
 }  // namespace danqing::http

@@ -487,7 +487,7 @@ std::string UrlHost(const std::string& host) {
 }
 
 // Binds `s` to host:port (0: any free port); the port bound.
-Result<int> Bind(httplib::Server& s, const std::string& host, int port, const char* what) {
+Result<int> Bind(http::BoundedServer& s, const std::string& host, int port, const char* what) {
   const int bound = http::BindEveryAddress(s, host, port);
   if (bound > 0) return bound;
   const std::string where = (host.empty() || host == "::" ? "every address" : host) + ", port " +

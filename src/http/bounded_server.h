@@ -41,9 +41,9 @@
 //     0.11 keeps the connection open whatever the response's Connection
 //     header says); so is any request whose declared body was not read
 //     whole (a GET with a body, for one), and one answered 400, 408, 411,
-//     413, 414 or 431, which
-//     httplib sends when it could not read the request as framed (leftover
-//     bytes would otherwise run as requests of their own);
+//     413, 414 or 431, which httplib sends when it could not read the
+//     request as framed (leftover bytes would otherwise run as requests of
+//     their own);
 //   * a path that has handlers, but none for the request's method, is
 //     answered 405 with an Allow header naming the methods it has (GET
 //     implies HEAD), before any body is read; an absolute-form target
@@ -52,15 +52,17 @@
 //     build any number of ranges of a response in memory.
 // It also binds its port alone: httplib's default sets SO_REUSEPORT as well,
 // with which a second server on the same port starts without error and takes
-// half the connections. An IPv6 socket it binds takes IPv4 too. Keep-alive
-// (count and timeout), read and write timeouts behave as in httplib.
+// half the connections. An IPv6 socket it binds takes IPv4 too. Its listen
+// backlog is SOMAXCONN, not httplib's 5. Keep-alive (count and timeout),
+// read and write timeouts behave as in httplib.
 //
 // Several httplib functions are hidden, not overridden (httplib's are not
 // virtual): the handlers (Get, Post, ...), set_pre_routing_handler,
-// set_logger, bind_to_port, bind_to_any_port, listen and listen_after_bind. Call them through a
-// BoundedServer, not an httplib::Server reference: else the 405 answers, the
-// Range guard, the logging of refused heads or the poller are lost (without
-// the poller, waiting connections hold their threads as in httplib).
+// set_logger, bind_to_port, bind_to_any_port, listen and listen_after_bind.
+// Call them through a BoundedServer, not an httplib::Server reference: else
+// the 405 answers, the Range guard, the logging of refused heads, the
+// backlog or the poller are lost (without the poller, waiting connections
+// hold their threads as in httplib).
 //
 // Thread-safety: configure (handlers, limits, timeouts) before listening, on
 // one thread. listen_after_bind() runs on one thread until stop(), which any
@@ -160,7 +162,8 @@ class BoundedServer : public httplib::Server {
   // Without a poller: waits until `sock` is readable, `due` passes or the
   // server stops; true when readable.
   bool WaitReadable(socket_t sock, std::chrono::steady_clock::time_point due) const;
-  // The methods with a handler whose pattern matches `path`, for Allow.
+  // The methods with a handler whose pattern matches `path`, for Allow;
+  // empty when one of them is `method` (HEAD: GET's), or none matches.
   std::string AllowedMethods(const std::string& path, const std::string& method) const;
   void Note(const char* method, const std::string& pattern);
 
@@ -182,9 +185,10 @@ class BoundedServer : public httplib::Server {
 };
 
 // Binds `s` to `host`:`port` (port 0: any free port) and returns the port,
-// or -1. An empty host or "::" means every address: one IPv6 socket that takes IPv4 too, so the
-// server answers on IPv4, IPv6 and dual-stack clusters alike; where the kernel has no IPv6,
-// 0.0.0.0. "0.0.0.0" means IPv4 only.
+// or -1. An empty host or "::" means every address: one IPv6 socket that
+// takes IPv4 too, so the server answers on IPv4, IPv6 and dual-stack
+// clusters alike; where the kernel has no IPv6, 0.0.0.0. "0.0.0.0" means
+// IPv4 only.
 int BindEveryAddress(BoundedServer& s, const std::string& host, int port);
 
 }  // namespace danqing::http

@@ -4,7 +4,8 @@
 // the same verdict as fed all at once (the server gets bytes as they come);
 // a refusal has a status it may answer and a reason; an accepted head ends in
 // an empty line, never exceeds the limit, starts with its method and target,
-// and has at most one of Content-Length and chunked.
+// and has at most one of Content-Length and chunked. What follows a chunked
+// head goes to http::ChunkedBodyParser, whole and in pieces: same verdict.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -65,5 +66,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             pieces.content_length() == whole.content_length() &&
             pieces.chunked() == whole.chunked(),
         "pieces parsed another head");
+
+  // A chunked body after it: http::ChunkedBodyParser, whole and in pieces.
+  if (!whole.chunked()) return 0;
+  const std::string_view body = bytes.substr(used);
+  danqing::http::ChunkedBodyParser body_whole;
+  body_whole.Feed(body);
+  danqing::http::ChunkedBodyParser body_pieces;
+  for (size_t at = 0; at < body.size() && !body_pieces.done() && !body_pieces.failed();
+       at += piece) {
+    body_pieces.Feed(body.substr(at, piece));
+  }
+  Check(body_whole.done() == body_pieces.done() && body_whole.failed() == body_pieces.failed(),
+        "a chunked body split in pieces reached another verdict");
+  Check(!(body_whole.done() && body_whole.failed()), "a chunked body both done and refused");
   return 0;
 }

@@ -260,6 +260,7 @@ class BoundedServer::Connection final : public httplib::Stream {
     scan_ = off_;
     head_started_ = in_head_ = false;
     body_bytes_ = 0;
+    chunked_ = ChunkedBodyParser();
     status_.clear();
     idle_due_ = Clock::now() + limits_.keep_alive;
   }
@@ -368,6 +369,9 @@ class BoundedServer::Connection final : public httplib::Stream {
       over_limit_ = true;
       return -1;
     }
+    // A chunked body whose framing httplib would read otherwise than a proxy:
+    // the read fails, httplib answers 400, and the connection is closed.
+    if (parser_.chunked() && !chunked_.Feed(std::string_view(buf_.data() + off_, n))) return -1;
     body_bytes_ += n;
     std::memcpy(ptr, buf_.data() + off_, n);
     off_ += n;
@@ -435,6 +439,7 @@ class BoundedServer::Connection final : public httplib::Stream {
   const Limits limits_;
   size_t requests_left_;
   RequestHeadParser parser_;
+  ChunkedBodyParser chunked_;
   std::vector<char> buf_;
   size_t off_ = 0;   // the next byte to hand out
   size_t len_ = 0;   // bytes received into buf_

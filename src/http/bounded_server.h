@@ -34,7 +34,9 @@
 //     It must keep pace: by `body_deadline` + n / `body_min_rate` after the
 //     head, n bytes must have come (each read also within the read timeout),
 //     or the connection is closed: a body trickled a byte every few seconds
-//     no longer holds a thread for as long as the client likes;
+//     no longer holds a thread for as long as the client likes. A chunked
+//     body must be framed strictly (ChunkedBodyParser), or it is refused
+//     (400) and the connection closed;
 //   * a handler that answered without reading the body (a refusal) calls
 //     CloseAfterResponse(): the connection is then closed after the answer,
 //     instead of the unread body being parsed as the next request (httplib

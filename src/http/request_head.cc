@@ -202,4 +202,78 @@ void RequestHeadParser::End() {
   state_ = State::kDone;
 }
 
+bool ChunkedBodyParser::Feed(std::string_view data) {
+  for (size_t i = 0; i < data.size() && state_ != State::kDone && state_ != State::kFailed; ++i) {
+    const char c = data[i];
+    const auto uc = static_cast<unsigned char>(c);
+    switch (state_) {
+      case State::kSize:
+        if (std::isxdigit(uc) && digits_ < 15) {
+          ++digits_;
+          size_ = size_ * 16 +
+                  static_cast<uint64_t>(std::isdigit(uc) ? c - '0' : std::tolower(uc) - 'a' + 10);
+        } else if (digits_ > 0 && IsSpaceOrTab(c)) {
+          state_ = State::kSizeEnd;
+        } else if (digits_ > 0 && c == ';') {
+          state_ = State::kExt;
+        } else if (digits_ > 0 && c == '\r') {
+          state_ = State::kSizeLf;
+        } else {
+          state_ = State::kFailed;
+        }
+        break;
+      case State::kSizeEnd:
+        if (c == ';')
+          state_ = State::kExt;
+        else if (c == '\r')
+          state_ = State::kSizeLf;
+        else if (!IsSpaceOrTab(c))
+          state_ = State::kFailed;
+        break;
+      case State::kExt:
+        if (c == '\r')
+          state_ = State::kSizeLf;
+        else if (IsControl(uc))
+          state_ = State::kFailed;
+        break;
+      case State::kSizeLf:
+        if (c != '\n')
+          state_ = State::kFailed;
+        else
+          state_ = size_ == 0 ? State::kTrailerStart : State::kData;
+        break;
+      case State::kData: {
+        const uint64_t take = std::min<uint64_t>(size_, data.size() - i);
+        size_ -= take;
+        i += static_cast<size_t>(take) - 1;
+        if (size_ == 0) state_ = State::kDataCr;
+        break;
+      }
+      case State::kDataCr: state_ = c == '\r' ? State::kDataLf : State::kFailed; break;
+      case State::kDataLf:
+        state_ = c == '\n' ? State::kSize : State::kFailed;
+        digits_ = 0;
+        size_ = 0;
+        break;
+      case State::kTrailerStart:
+        if (c == '\r')
+          state_ = State::kFinalLf;
+        else
+          state_ = IsControl(uc) || IsSpaceOrTab(c) ? State::kFailed : State::kTrailer;
+        break;
+      case State::kTrailer:
+        if (c == '\r')
+          state_ = State::kTrailerLf;
+        else if (IsControl(uc))
+          state_ = State::kFailed;
+        break;
+      case State::kTrailerLf: state_ = c == '\n' ? State::kTrailerStart : State::kFailed; break;
+      case State::kFinalLf: state_ = c == '\n' ? State::kDone : State::kFailed; break;
+      case State::kDone:
+      case State::kFailed: break;
+    }
+  }
+  return state_ != State::kFailed;
+}
+
 }  // namespace danqing::http

@@ -97,4 +97,43 @@ class RequestHeadParser {
   bool chunked_ = false;
 };
 
+// ChunkedBodyParser: checks a chunked body's framing (RFC 9112 section 7.1)
+// as httplib reads it. httplib 0.11 reads a chunk size with strtoul, so
+// "0x5", "-5" or "5garbage" are sizes to it and not to a proxy in front; a
+// chunk not followed by CR LF ends its body early. Such a body is refused
+// (the read fails, httplib answers 400, the connection is closed).
+//
+// Accepts: 1*HEXDIG (at most 15), optional whitespace and ";" extensions
+// (no control characters), CR LF, the data, CR LF; after the last chunk
+// ("0"), trailer lines and an empty line. Pure; one per body; not
+// thread-safe.
+class ChunkedBodyParser {
+ public:
+  // Reads the next bytes of the body; false once they break the framing.
+  // Bytes after the body's end are not looked at (done() is true).
+  bool Feed(std::string_view data);
+  bool done() const { return state_ == State::kDone; }
+  bool failed() const { return state_ == State::kFailed; }
+
+ private:
+  enum class State {
+    kSize,
+    kSizeEnd,  // whitespace after the size
+    kExt,
+    kSizeLf,
+    kData,
+    kDataCr,
+    kDataLf,
+    kTrailerStart,
+    kTrailer,
+    kTrailerLf,
+    kFinalLf,
+    kDone,
+    kFailed
+  };
+  State state_ = State::kSize;
+  int digits_ = 0;
+  uint64_t size_ = 0;  // of the current chunk; in kData, what is left of it
+};
+
 }  // namespace danqing::http

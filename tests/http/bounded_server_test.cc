@@ -221,6 +221,28 @@ TEST(BoundedServerFramingTest, AnUnreadBodyIsNotTheNextRequest) {
   }
 }
 
+// httplib reads a chunk size with strtoul and ends a body early when a chunk
+// is not followed by CR LF: such bodies are refused (400) and closed.
+TEST(BoundedServerFramingTest, ChunkedBodiesAreFramedStrictly) {
+  TestServer t;
+  const std::string head = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (const std::string& body :
+       {std::string("0x5\r\nhello\r\n0\r\n\r\n"), std::string("5garbage\r\nhello\r\n0\r\n\r\n"),
+        std::string("-5\r\nhello\r\n0\r\n\r\n"), std::string("5\nhello\r\n0\r\n\r\n"),
+        std::string("5\r\nhelloXX0\r\n\r\n"), std::string("5 x\r\nhello\r\n0\r\n\r\n")}) {
+    const std::string answer = Exchange(t.port(), head + body + kNext);
+    EXPECT_THAT(answer, StartsWith("HTTP/1.1 400")) << body << answer;
+    EXPECT_EQ(Responses(answer), 1u) << body << answer;
+  }
+  // Well-framed, with an extension and whitespace: read, and the connection kept.
+  const std::string ok =
+      Exchange(t.port(), head + "5 ;a=b\r\nhello\r\nA\r\n0123456789\r\n0\r\n\r\n" +
+                             "GET /items/99 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(ok, StartsWith("HTTP/1.1 200")) << ok;
+  EXPECT_THAT(ok, HasSubstr("\r\n\r\n15HTTP/1.1 200")) << ok;
+  EXPECT_EQ(Responses(ok), 2u) << ok;
+}
+
 TEST(BoundedServerFramingTest, RefusedHeadsAreLogged) {
   std::atomic<int> logged{0};
   TestServer t(2, [&](BoundedServer& s) {

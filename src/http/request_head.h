@@ -28,8 +28,9 @@
 // Empty lines before the request line are skipped (RFC 9112 section 2.2);
 // `skipped()` says how many bytes.
 //
-// Pure: no I/O, no allocation beyond the current line (itself bounded by the
-// limit). Not thread-safe: one per connection, used by one thread at a time.
+// Pure: no I/O; what it keeps (the current line, the method, the target, the
+// codings) is bounded by the limit. Not thread-safe: one per connection, used
+// by one thread at a time.
 #pragma once
 
 #include <cstddef>

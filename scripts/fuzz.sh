@@ -15,13 +15,14 @@ shift || true
 # name:max_len[:rss_limit_mb:seed_max_len]. max_len covers the largest seed
 # with room to grow: config files and profiles are a few KiB, images are
 # tiny ones (bigger ones only make each run slower), ID lists and mig-minors
-# files are short. A fuzzer with a memory bound of its own (the config
-# parser's, issue 31) runs under that RSS limit, with no single allocation
-# over 64 MiB, instead of 2 GiB, and first runs each seed once at up to
-# seed_max_len bytes: the hostile seeds are 1 MiB, the parser's size limit.
-# Measured under ASan (32 MiB quarantine): ~115 MB peak RSS for the worst
-# input the parser accepts, 310-480 MB for those seeds without the bound.
-all=(config:8192:256:1048576 profile:12288 image:16384 allocate:1024 mig_minors:2048)
+# files are short; request heads reach past the fuzzer's 2 KiB head limit. A
+# fuzzer with a memory bound of its own (the config parser's, issue 31) runs
+# under that RSS limit, with no single allocation over 64 MiB, instead of
+# 2 GiB, and first runs each seed once at up to seed_max_len bytes: the
+# hostile seeds are 1 MiB, the parser's size limit. Measured under ASan
+# (32 MiB quarantine): ~115 MB peak RSS for the worst input the parser
+# accepts, 310-480 MB for those seeds without the bound.
+all=(config:8192:256:1048576 profile:12288 image:16384 allocate:1024 mig_minors:2048 http_head:4096)
 selected=("${all[@]}")
 if (($#)); then
   selected=()

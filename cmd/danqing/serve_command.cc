@@ -172,7 +172,8 @@ void RegisterServeCommand(CLI::App& app) {
                   "Seconds a client may stall a read or write")
       ->capture_default_str()
       ->check(CLI::Range(1, 600));
-  cmd->add_option("--http-threads", flags->http_threads, "Connections served at once")
+  cmd->add_option("--http-threads", flags->http_threads,
+                  "Requests served at once (idle connections hold none)")
       ->capture_default_str()
       ->check(CLI::Range(4, 4096));
   cmd->add_option("--max-upload-mb", flags->max_upload_mb, "Largest upload")

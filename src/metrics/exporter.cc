@@ -56,6 +56,9 @@ Result<std::unique_ptr<Exporter>> Exporter::Start(ExporterOptions options, Sourc
   // make the agent (memory limit 128 MiB) grow; the port is bound alone.
   e->server_ = std::make_unique<http::BoundedServer>(16 * 1024);
   e->server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  // Connections waiting for bytes hold no thread, only their part of a head
+  // (16 KiB at most): 128 of them, 2 MiB at most, then the oldest is closed.
+  e->server_->set_max_idle_connections(128);
   e->server_->set_payload_max_length(0);
   e->server_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     if (auto refusal = http::RefuseBody(req, 0)) {  // these endpoints take no body

@@ -61,6 +61,11 @@ httplib::Server::HandlerResponse ErrorBody(const httplib::Request& req, httplib:
     case 413: Error(res, 413, "the upload is too large"); break;
     case 414: Error(res, 414, "the request URI is too long"); break;
     case 400: Error(res, 400, "malformed request"); break;
+    case 405:
+      Error(res, 405,
+            req.method + " is not served on " + req.path +
+                " (allowed: " + res.get_header_value("Allow") + ")");
+      break;
     default: Error(res, res.status, "HTTP error " + std::to_string(res.status)); break;
   }
   return httplib::Server::HandlerResponse::Handled;
@@ -286,6 +291,8 @@ void Server::Routes() {
   s.set_read_timeout(options_.read_timeout);
   s.set_write_timeout(options_.write_timeout);
   s.set_keep_alive_timeout(options_.keep_alive_timeout.count());
+  s.set_body_deadline(options_.body_deadline, options_.body_min_rate);
+  s.set_max_idle_connections(options_.max_idle_connections);
   // The multipart envelope adds a little to the image's own limit.
   s.set_payload_max_length(pipeline_->limits().image.max_bytes + 64 * 1024);
 
@@ -555,7 +562,7 @@ std::string UrlHost(const std::string& host) {
 }
 
 // Binds `s` to host:port (0: any free port); the port bound.
-Result<int> Bind(httplib::Server& s, const std::string& host, int port, const char* what) {
+Result<int> Bind(http::BoundedServer& s, const std::string& host, int port, const char* what) {
   const int bound = http::BindEveryAddress(s, host, port);
   if (bound > 0) return bound;
   const std::string where = (host.empty() || host == "::" ? "every address" : host) + ", port " +
@@ -580,6 +587,7 @@ Status Server::Start() {
     probe_http_->set_read_timeout(std::chrono::seconds(5));
     probe_http_->set_write_timeout(std::chrono::seconds(5));
     probe_http_->set_keep_alive_timeout(1);
+    probe_http_->set_max_idle_connections(options_.max_idle_connections);
     probe_http_->set_payload_max_length(0);
     probe_http_->set_error_handler(httplib::Server::HandlerWithResponse(ErrorBody));
     // The probes take no body: any is refused unread.

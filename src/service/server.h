@@ -51,14 +51,26 @@ struct ServerOptions {
   size_t workers = 0;                         // render workers; 0: the number of cores
   size_t queue_capacity = 0;                  // waiting renders; 0: 2 x workers
   std::chrono::milliseconds deadline{20000};  // per inscription request
-  int http_threads = 64;                  // connections served at once (keep-alive holds one each)
+  // Requests served at once. A connection waiting for bytes (idle between
+  // requests, or its headers not all there) holds none (http::BoundedServer).
+  int http_threads = 64;
   std::chrono::seconds read_timeout{10};  // slow clients: per read
   // A request's line and headers must all arrive within this, however the
   // reads are spaced (a client trickling a header line every few seconds
   // would otherwise hold a thread for good).
   std::chrono::milliseconds header_deadline{10'000};
+  // A body must keep pace: n bytes within body_deadline + n / body_min_rate
+  // (bytes per second) after its headers, or the connection is closed (a
+  // body trickled a byte every few seconds held a thread for good). The
+  // defaults take an 8 MiB photo at 16 KiB/s, a slow mobile uplink, in
+  // about 8.5 minutes.
+  std::chrono::milliseconds body_deadline{10'000};
+  size_t body_min_rate = 16 * 1024;
   std::chrono::seconds write_timeout{10};
+  // An idle connection is closed after this (it holds no thread meanwhile).
   std::chrono::seconds keep_alive_timeout{5};
+  // Connections waiting for bytes, per port; past it the longest waiting is closed.
+  size_t max_idle_connections = 512;
   size_t result_cache_entries = 64;  // recent inscriptions kept for GET by id
   // /healthz, /readyz and /metrics also on this port, with threads of their
   // own, so that the kubelet's probes are answered while uploads (slow phones,

@@ -756,6 +756,47 @@ TEST(ExporterTest, OverlongRequestsAndBodiesAreRefusedUnread) {
   EXPECT_EQ(test::Get(port).status, 200) << "still serving";
 }
 
+// A handful of idle connections held the agent's four HTTP threads (5 s
+// keep-alive each), and the kubelet's liveness probe (1 s timeout) failed:
+// connections waiting for bytes now hold no thread (issue 31, item 7).
+TEST(ExporterTest, ProbesAreAnsweredWhileIdleConnectionsWait) {
+  ExporterOptions o;
+  o.listen = "127.0.0.1:0";
+  auto ex = Exporter::Start(o, {});
+  ASSERT_TRUE(ex.ok());
+  const int port = (*ex)->port();
+  std::vector<int> idle;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    if (i >= 12) {
+      const std::string half = "GET /healthz HTTP/1.1\r\nHo";
+      ASSERT_EQ(::send(fd, half.data(), half.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(half.size()));
+    }
+    idle.push_back(fd);
+  }
+  httplib::Client probe("127.0.0.1", port);
+  probe.set_connection_timeout(1, 0);
+  probe.set_read_timeout(1, 0);
+  for (const char* path : {"/healthz", "/readyz", "/metrics"}) {
+    auto res = probe.Get(path);
+    ASSERT_TRUE(res) << path << " not answered within 1 s";
+    EXPECT_EQ(res->status, 200) << path;
+  }
+  // A known path with another method: 405, naming the methods it has.
+  const std::string options =
+      Exchange(port, "OPTIONS /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 0);
+  EXPECT_THAT(options, ::testing::StartsWith("HTTP/1.1 405")) << options;
+  EXPECT_THAT(options, HasSubstr("Allow: GET, HEAD\r\n"));
+  for (int fd : idle) ::close(fd);
+}
+
 // The default address (":9400", no host) is every address: IPv4 and IPv6
 // clients both reach it, so the kubelet's probes work on IPv6 clusters.
 TEST(ExporterTest, NoHostListensOnIpv4AndIpv6) {

@@ -947,7 +947,7 @@ TEST_F(ServiceTest, WrongMethodIs405AndAbsoluteFormIsRouted) {
   const std::vector<Case> cases = {
       {"GET /v1/inscriptions HTTP/1.1\r\n", "POST"},
       {"POST /healthz HTTP/1.1\r\nContent-Length: 0\r\n", "GET, HEAD"},
-      {"PUT /v1/inscriptions/0123456789abcdef/image HTTP/1.1\r\nContent-Length: 0\r\n",
+      {"PUT /v1/inscriptions/0123456789abcdef0123456789abcdef/image HTTP/1.1\r\nContent-Length: 0\r\n",
        "GET, HEAD"},
       {"OPTIONS /metrics HTTP/1.1\r\n", "GET, HEAD"},
   };

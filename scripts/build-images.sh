@@ -105,7 +105,7 @@ stage_binary() {
 
 # What `danqing serve` opens at start besides the verse corpus it carries:
 # the stroke skeletons (built, not in the repository; their licence is next to
-# them), the two Haar cascades of Debian's opencv-data (their licence is in
+# them), two cascades of Debian's opencv-data (the Haar cat face, the LBP face; their licence is in
 # each file's header) and the fallback font of fonts-arphic-ukai (its Debian
 # copyright file goes with it), at the paths the service looks in by default.
 stage_service_data() {
@@ -118,12 +118,15 @@ stage_service_data() {
   if [ -f "$(dirname "$strokes")/ARPHICPL.TXT" ]; then
     install -m 0644 "$(dirname "$strokes")/ARPHICPL.TXT" "$root/usr/share/danqing/ARPHICPL.TXT" || return 1
   fi
-  for f in haarcascade_frontalface_alt2.xml haarcascade_frontalcatface.xml; do
-    if [ ! -f "$cascades/$f" ]; then
-      echo "FAIL danqing image: $cascades/$f not found (Debian package opencv-data, or --cascades DIR)"
+  for f in haarcascades/haarcascade_frontalcatface.xml lbpcascades/lbpcascade_frontalface.xml; do
+    # --cascades names the Haar directory; the LBP one is beside it (opencv-data's layout).
+    local src="$cascades/../$f"
+    [ "${f%%/*}" = haarcascades ] && src="$cascades/${f#*/}"
+    if [ ! -f "$src" ]; then
+      echo "FAIL danqing image: $src not found (Debian package opencv-data, or --cascades DIR)"
       return 1
     fi
-    install -D -m 0644 "$cascades/$f" "$root/usr/share/opencv4/haarcascades/$f" || return 1
+    install -D -m 0644 "$src" "$root/usr/share/opencv4/$f" || return 1
   done
   if [ ! -f "$font" ]; then
     echo "FAIL danqing image: font '$font' not found (Debian package fonts-arphic-ukai, or --font FILE)"

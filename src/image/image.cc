@@ -29,7 +29,14 @@ namespace danqing::image {
 namespace {
 
 constexpr uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
-constexpr int kMaxJpegScans = 1000;  // a progressive JPEG with more is a CPU bomb
+// A progressive JPEG's scans each pass over all of its coefficients: a
+// 1000-scan file pinned a worker ~6 s. Scans are bounded by work, scans x
+// pixels (kJpegScanWork, ~0.1 s of decode on this project's VM), between
+// kMinJpegScans (every encoder's scripts fit: libjpeg's progression has 10
+// for colour, 6 for grey) and kMaxJpegScans.
+constexpr int kMinJpegScans = 16;
+constexpr int kMaxJpegScans = 100;
+constexpr uint64_t kJpegScanWork = 400'000'000;
 constexpr size_t kMessageSize = 256;
 
 uint32_t Be32(const uint8_t* p) {
@@ -202,7 +209,18 @@ struct JpegErrorManager {
   jpeg_error_mgr mgr;  // first: libjpeg's cinfo->err points here
   std::jmp_buf jump;
   char message[kMessageSize];
+  int max_scans;        // JpegOnProgress refuses the scan after this one
+  bool too_many_scans;  // why it jumped
 };
+
+}  // namespace
+
+int MaxJpegScans(int width, int height) {
+  const uint64_t pixels = uint64_t(std::max(width, 1)) * uint64_t(std::max(height, 1));
+  return int(std::clamp<uint64_t>(kJpegScanWork / pixels, kMinJpegScans, kMaxJpegScans));
+}
+
+namespace {
 
 void JpegOnError(j_common_ptr cinfo) {
   auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
@@ -231,9 +249,10 @@ void JpegOnMessage(j_common_ptr cinfo, int level) {
 void JpegOnProgress(j_common_ptr cinfo) {
   if (!cinfo->is_decompressor) return;
   auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  if (d->input_scan_number > kMaxJpegScans) {
-    auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
-    CopyMessage(err->message, "more than 1000 progressive scans");
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  if (err->max_scans > 0 && d->input_scan_number > err->max_scans) {
+    err->too_many_scans = true;
+    CopyMessage(err->message, "too many progressive scans");
     std::longjmp(err->jump, 1);
   }
 }
@@ -277,6 +296,7 @@ bool JpegReadInfo(JpegReadContext* ctx, std::span<const uint8_t> bytes, JpegInfo
   jpeg_read_header(&ctx->cinfo, TRUE);
   out->width = int(ctx->cinfo.image_width);
   out->height = int(ctx->cinfo.image_height);
+  ctx->err.max_scans = MaxJpegScans(out->width, out->height);
   out->cmyk = ctx->cinfo.jpeg_color_space == JCS_CMYK || ctx->cinfo.jpeg_color_space == JCS_YCCK;
   out->adobe = ctx->cinfo.saw_Adobe_marker != 0;
   for (jpeg_saved_marker_ptr m = ctx->cinfo.marker_list; m != nullptr; m = m->next) {
@@ -305,15 +325,17 @@ void CmykRowToRgb(const uint8_t* s, uint8_t* d, size_t n, bool adobe) {
 // holds a whole 4-byte-a-pixel plane beside the RGB one (a 40 Mpx CMYK photo
 // needed 160 MB more). jpeg_finish_decompress frees the image's working
 // memory, progressive coefficients included, before the caller goes on.
-bool JpegReadPixels(JpegReadContext* ctx, uint8_t* dst, const JpegInfo& info) {
+// `out_w` x `out_h` is the (DCT-scaled) size jpeg_calc_output_dimensions gave.
+bool JpegReadPixels(JpegReadContext* ctx, uint8_t* dst, const JpegInfo& info, int out_w,
+                    int out_h) {
   const int components = info.cmyk ? 4 : 3;
   // Sized before setjmp: nothing it owns may change between the jump's set
   // and a longjmp back to it.
-  PixelBuffer ink(info.cmyk ? size_t(info.width) * 4 : 0);  // one CMYK row
+  PixelBuffer ink(info.cmyk ? size_t(out_w) * 4 : 0);  // one CMYK row
   if (setjmp(ctx->err.jump)) return false;
   j_decompress_ptr c = &ctx->cinfo;
   jpeg_start_decompress(c);
-  if (c->output_width != c->image_width || c->output_height != c->image_height ||
+  if (int(c->output_width) != out_w || int(c->output_height) != out_h ||
       c->output_components != components) {
     ERREXIT(c, JERR_CONVERSION_NOTIMPL);
   }
@@ -337,7 +359,31 @@ Result<Header> ReadJpegHeader(std::span<const uint8_t> bytes) {
   return Header{Format::kJpeg, info.width, info.height, info.orientation};
 }
 
-Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
+// The smallest M/8 scale whose output covers min_w x min_h (as stored), 8 if
+// none below does.
+int JpegScaleNum(int width, int height, int min_w, int min_h) {
+  if (min_w <= 0 && min_h <= 0) return 8;  // nothing asked: the full size
+  for (int m = 1; m < 8; ++m) {
+    // libjpeg rounds the scaled size up (jdiv_round_up).
+    const int64_t sw = (int64_t{width} * m + 7) / 8, sh = (int64_t{height} * m + 7) / 8;
+    if (sw >= min_w && sh >= min_h) return m;
+  }
+  return 8;
+}
+
+// The output size at scale_num/8 (a phase: libjpeg may refuse the state).
+bool JpegScale(JpegReadContext* ctx, int scale_num) {
+  if (setjmp(ctx->err.jump)) return false;
+  ctx->cinfo.scale_num = unsigned(scale_num);
+  ctx->cinfo.scale_denom = 8;
+  jpeg_calc_output_dimensions(&ctx->cinfo);
+  return true;
+}
+
+// min_w x min_h: the smallest output wanted, as stored (before orientation);
+// 0 x 0 for the full size.
+Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits, int min_w = 0,
+                         int min_h = 0) {
   JpegReadContext ctx;
   JpegInfo info;
   if (!JpegReadInfo(&ctx, bytes, &info)) {
@@ -347,10 +393,17 @@ Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
   if (Status s = CheckLimits(h, limits); !s.ok()) return s;
 
   ctx.cinfo.out_color_space = info.cmyk ? JCS_CMYK : JCS_RGB;
-  const size_t w = size_t(info.width), hh = size_t(info.height);
+  // DCT scaling: libjpeg-turbo's inverse DCT writes M/8 of the size directly
+  // (the entropy decoding is the same, the IDCT, colour conversion and
+  // upsampling shrink with the output).
+  if (!JpegScale(&ctx, JpegScaleNum(info.width, info.height, min_w, min_h))) {
+    return InvalidArgument(std::string("corrupt JPEG header: ") + ctx.err.message);
+  }
+  const int out_w = int(ctx.cinfo.output_width), out_h = int(ctx.cinfo.output_height);
+  const size_t w = size_t(out_w), hh = size_t(out_h);
   Image img;
-  img.width = info.width;
-  img.height = info.height;
+  img.width = out_w;
+  img.height = out_h;
   // A progressive (or multi-scan) JPEG is held whole as DCT coefficients,
   // 2 bytes a sample of every component, before a pixel comes out: a 40 Mpx
   // progressive CMYK one took 320 MB beside its pixels. The coefficients may
@@ -359,7 +412,13 @@ Result<Image> DecodeJpeg(std::span<const uint8_t> bytes, const Limits& limits) {
   ctx.cinfo.mem->max_memory_to_use =
       static_cast<long>(std::min<uint64_t>(limits.max_pixels * 46 / 10, uint64_t{1} << 40));
   img.rgb.resize(w * hh * 3);
-  if (!JpegReadPixels(&ctx, img.rgb.data(), info)) {
+  if (!JpegReadPixels(&ctx, img.rgb.data(), info, out_w, out_h)) {
+    if (ctx.err.too_many_scans) {
+      return InvalidArgument("progressive JPEG of " + Dims(info.width, info.height) +
+                             " has more than " + std::to_string(ctx.err.max_scans) +
+                             " scans, the most this service decodes for a photo of its size "
+                             "(send it as a baseline JPEG)");
+    }
     if (ctx.cinfo.err->msg_code == JERR_NO_BACKING_STORE) {
       return ResourceExhausted(
           "progressive JPEG of " + Dims(info.width, info.height) +
@@ -597,6 +656,36 @@ Result<Image> Decode(std::span<const uint8_t> bytes, const Limits& limits) {
   if (Status s = CheckLimits(*header, limits); !s.ok()) return s;
   if (header->format == Format::kPng) return DecodePng(bytes, limits);
   return DecodeJpeg(bytes, limits);
+}
+
+Result<Image> DecodeAtLeast(std::span<const uint8_t> bytes, int min_width, int min_height,
+                            const Limits& limits) {
+  if (bytes.size() > limits.max_bytes) {
+    return ResourceExhausted("image is " + std::to_string(bytes.size()) +
+                             " bytes, over the limit of " + std::to_string(limits.max_bytes));
+  }
+  Result<Header> header = ReadHeader(bytes);
+  if (!header.ok()) return header.status();
+  if (Status s = CheckLimits(*header, limits); !s.ok()) return s;
+  min_width = std::max(min_width, 0);
+  min_height = std::max(min_height, 0);
+  if (min_width == 0 && min_height == 0) return Decode(bytes, limits);
+  if (header->format == Format::kJpeg) {
+    // The wanted size as stored: orientations 5-8 swap the sides.
+    const bool swapped = header->exif_orientation >= 5;
+    return DecodeJpeg(bytes, limits, swapped ? min_height : min_width,
+                      swapped ? min_width : min_height);
+  }
+  Result<Image> full = DecodePng(bytes, limits);
+  if (!full.ok()) return full;
+  // One area resize to the smallest size of the same aspect that covers the
+  // wanted one (a PNG has no scaled decode).
+  const double s = std::max(double(min_width) / full->width, double(min_height) / full->height);
+  if (s >= 1.0) return full;
+  const int w = std::max({1, min_width, int(std::ceil(full->width * s - 1e-9))});
+  const int h = std::max({1, min_height, int(std::ceil(full->height * s - 1e-9))});
+  if (w >= full->width || h >= full->height) return full;
+  return Resize(*full, w, h);
 }
 
 Result<Image> ReadFile(const std::string& path, const Limits& limits) {

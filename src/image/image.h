@@ -100,6 +100,19 @@ Result<Header> ReadHeader(std::span<const uint8_t> bytes);
 // Full decode to RGB8, oriented upright. RESOURCE_EXHAUSTED when the input or
 // the header's dimensions exceed `limits` (checked before pixels are decoded).
 Result<Image> Decode(std::span<const uint8_t> bytes, const Limits& limits = {});
+// Decode for a consumer that needs at least min_width x min_height (upright)
+// of the photo: the smallest image of the photo's aspect (within rounding)
+// that is at least that large on both sides, or the full photo when it is
+// not larger. JPEG: decoded at that size by libjpeg-turbo's DCT scaling
+// (M/8, M = 1..8), never a full-size pixel buffer; PNG: decoded whole, then
+// one area resize. Same limits, errors and orientation as Decode (the limits
+// apply to the photo's stored size, not the scaled one). 0 x 0: the full photo.
+Result<Image> DecodeAtLeast(std::span<const uint8_t> bytes, int min_width, int min_height,
+                            const Limits& limits = {});
+// The most scans a progressive JPEG of this size may have (a bound on the
+// decode's work: scans x pixels, between 16 and 100); more is
+// INVALID_ARGUMENT, refused at the first scan over.
+int MaxJpegScans(int width, int height);
 // Decode of a file's content; NOT_FOUND / UNAVAILABLE when it cannot be read.
 Result<Image> ReadFile(const std::string& path, const Limits& limits = {});
 

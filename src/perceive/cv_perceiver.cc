@@ -1,5 +1,7 @@
 // The classical perceiver: colour statistics in HSV, Canny edges, k-means
-// palette and Haar cascades (faces, cat faces), all on a reduced copy.
+// palette and two cascades (an LBP one for faces, a Haar one for cat faces),
+// all on a reduced copy of at most analysis_side pixels a side: the work of a
+// perception is bounded by that size, whatever the photo's.
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
@@ -27,8 +29,8 @@ Status Guard(const char* what, F&& f) {
   }
 }
 
-constexpr const char* kFaceCascade = "haarcascade_frontalface_alt2.xml";
-constexpr const char* kCatCascade = "haarcascade_frontalcatface.xml";
+constexpr const char* kFaceCascade = "lbpcascade_frontalface.xml";     // in the LBP directory
+constexpr const char* kCatCascade = "haarcascade_frontalcatface.xml";  // in the Haar one
 
 Result<cv::CascadeClassifier> LoadCascade(const std::string& dir, const std::string& name);
 
@@ -37,10 +39,18 @@ struct Cascades {
   cv::CascadeClassifier face, cat;
 };
 
-Result<std::unique_ptr<Cascades>> LoadCascades(const std::string& dir) {
-  auto face = LoadCascade(dir, kFaceCascade);
+// Debian's opencv-data keeps the LBP cascades beside the Haar ones.
+std::string LbpDir(const CvPerceiverOptions& o) {
+  if (!o.lbp_cascade_dir.empty()) return o.lbp_cascade_dir;
+  std::filesystem::path haar = std::filesystem::path(o.cascade_dir).lexically_normal();
+  if (haar.filename().empty()) haar = haar.parent_path();  // "dir/" names dir
+  return (haar.parent_path() / "lbpcascades").string();
+}
+
+Result<std::unique_ptr<Cascades>> LoadCascades(const CvPerceiverOptions& o) {
+  auto face = LoadCascade(LbpDir(o), kFaceCascade);
   if (!face.ok()) return face.status();
-  auto cat = LoadCascade(dir, kCatCascade);
+  auto cat = LoadCascade(o.cascade_dir, kCatCascade);
   if (!cat.ok()) return cat.status();
   return std::make_unique<Cascades>(Cascades{std::move(face).value(), std::move(cat).value()});
 }
@@ -57,6 +67,7 @@ class CvPerceiver final : public Perceiver {
   }
 
   std::string Name() const override { return "opencv-classic"; }
+  int AnalysisSide() const override { return options_.analysis_side; }
 
   Result<Perception> Perceive(const ImageView& view) override {
     if (view.width <= 0 || view.height <= 0 || view.rgb == nullptr) {
@@ -194,7 +205,15 @@ class CvPerceiver final : public Perceiver {
   void Detect(const cv::Mat& gray, SceneFeatures* f) {
     cv::Mat eq;
     cv::equalizeHist(gray, eq);
-    const int min_side = std::max(20, std::min(gray.cols, gray.rows) / 12);
+    // The smallest face or cat searched for, from the analysis image's short
+    // side: a face from a tenth of it, a cat face from a fifth (a cat that
+    // shows the theme fills much of the photo). Most of a cascade's work is
+    // at its smallest sizes (the most windows), so these bounds, with the
+    // fixed analysis size, bound the detection's time (docs/benchmarks.md,
+    // "Perception on a small image").
+    const int short_side = std::min(gray.cols, gray.rows);
+    const int min_face = std::max(24, short_side / 10);
+    const int min_cat = std::max(24, short_side / 5);
     std::vector<cv::Rect> faces, cats;
     std::unique_ptr<Cascades> c = Acquire();
     // Returned however the detection ends (OpenCV throws on its errors).
@@ -203,10 +222,10 @@ class CvPerceiver final : public Perceiver {
       std::unique_ptr<Cascades>& c;
       ~Return() { self->Release(std::move(c)); }
     } give_back{this, c};
-    c->face.detectMultiScale(eq, faces, 1.1, 5, 0, cv::Size(min_side, min_side));
+    c->face.detectMultiScale(eq, faces, 1.1, 5, 0, cv::Size(min_face, min_face));
     // Scale steps of 10%, as for faces (5% took twice as long for the same
     // cats on the test photos).
-    c->cat.detectMultiScale(gray, cats, 1.1, 3, 0, cv::Size(min_side, min_side));
+    c->cat.detectMultiScale(gray, cats, 1.1, 3, 0, cv::Size(min_cat, min_cat));
     f->faces = static_cast<int>(faces.size());
     double area = 0;
     for (const auto& r : faces) area += r.area();
@@ -229,8 +248,7 @@ class CvPerceiver final : public Perceiver {
         return c;
       }
     }
-    if (auto loaded = LoadCascades(options_.cascade_dir); loaded.ok())
-      return std::move(loaded).value();
+    if (auto loaded = LoadCascades(options_); loaded.ok()) return std::move(loaded).value();
     std::unique_lock<std::mutex> lock(mu_);
     returned_.wait(lock, [&] { return !free_.empty(); });
     auto c = std::move(free_.back());
@@ -254,20 +272,20 @@ class CvPerceiver final : public Perceiver {
 Result<cv::CascadeClassifier> LoadCascade(const std::string& dir, const std::string& name) {
   const std::string path = (std::filesystem::path(dir) / name).string();
   if (!std::filesystem::exists(path)) {
-    return Unavailable("Haar cascade " + path + " not found (Debian package opencv-data)");
+    return Unavailable("cascade " + path + " not found (Debian package opencv-data)");
   }
   cv::CascadeClassifier c;
   bool loaded = false;
   Status st = Guard("load cascade", [&] { loaded = c.load(path); });
   if (!st.ok()) return st;
-  if (!loaded) return Unavailable("Haar cascade " + path + " could not be read");
+  if (!loaded) return Unavailable("cascade " + path + " could not be read");
   return c;
 }
 
 }  // namespace
 
 Result<std::unique_ptr<Perceiver>> CreateCvPerceiver(const CvPerceiverOptions& options) {
-  auto cascades = LoadCascades(options.cascade_dir);
+  auto cascades = LoadCascades(options);
   if (!cascades.ok()) return cascades.status();
   if (options.analysis_side < 32) return InvalidArgument("perceive: analysis_side below 32");
   return std::unique_ptr<Perceiver>(

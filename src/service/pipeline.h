@@ -96,6 +96,17 @@ class Pipeline {
 // (docs/benchmarks.md, "The request's host share").
 std::string ResolveFormat(const std::string& format);
 
+// The least of the photo (upright) a request decodes: what the perceiver
+// looks at (twice its analysis side on the longer side, so that its own area
+// reduction averages; the whole photo when it reports none) and, for a photo background, the
+// render's wash plane (the photo's cover-fit window is resampled to it), never more than the photo.
+// Pipeline::Run decodes with image::DecodeAtLeast to this.
+struct DecodeSize {
+  int width = 0, height = 0;
+};
+DecodeSize DecodeSizeFor(int photo_width, int photo_height, int analysis_side,
+                         const InscribeOptions& options);
+
 // FNV-1a over the bytes: the photo's seed for verse choice and brushwork.
 uint64_t PhotoHash(std::span<const uint8_t> bytes);
 

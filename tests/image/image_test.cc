@@ -1040,5 +1040,160 @@ TEST(PixelBuffer, EveryByteWritten) {
   same_under_two_fills("ResizeRegion, same size", [&] { return Result<Image>(ResizeRegion(src, 5, 3, 50, 37, 50, 37)); });
 }
 
+// ------------------------------------------------------------ scaled decode
+
+// A grey progressive JPEG of `scans` scans (at most 127): the DC, then each AC
+// coefficient alone, first its high bits and then (from scan 65 on) its
+// low-bit refinement: a valid script that any libjpeg accepts.
+Bytes ManyScanJpeg(int w, int h, int scans) {
+  std::vector<jpeg_scan_info> script;
+  script.push_back({1, {0, 0, 0, 0}, 0, 0, 0, 0});
+  for (int k = 1; k <= 63; ++k) script.push_back({1, {0, 0, 0, 0}, k, k, 0, 1});
+  for (int k = 1; k <= 63; ++k) script.push_back({1, {0, 0, 0, 0}, k, k, 1, 0});
+  EXPECT_LE(scans, int(script.size()));
+  // Cut short, the script must still send every bit: the coefficients whose
+  // refinement is cut are sent whole (Al 0) instead.
+  for (size_t i = size_t(std::max(scans, 64)); i < script.size(); ++i) script[i - 63].Al = 0;
+  script.resize(size_t(scans));
+  Bytes px(size_t(w) * size_t(h));
+  for (size_t i = 0; i < px.size(); ++i) px[i] = uint8_t(i * 31 % 251);
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &buf, &size);
+  c.image_width = JDIMENSION(w);
+  c.image_height = JDIMENSION(h);
+  c.input_components = 1;
+  c.in_color_space = JCS_GRAYSCALE;
+  jpeg_set_defaults(&c);
+  c.scan_info = script.data();
+  c.num_scans = scans;
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW row = px.data() + size_t(c.next_scanline) * size_t(w);
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  Bytes out(buf, buf + size);
+  std::free(buf);
+  return out;
+}
+
+TEST(JpegScans, BoundedByWork) {
+  EXPECT_EQ(MaxJpegScans(640, 480), 100);
+  EXPECT_EQ(MaxJpegScans(2560, 1600), 97);  // 4.1 Mpx
+  EXPECT_EQ(MaxJpegScans(8000, 5000), 16);  // 40 Mpx: the floor, above any encoder's script
+  EXPECT_EQ(MaxJpegScans(0, 0), 100);
+}
+
+// A progressive JPEG with more scans than its size allows is refused at the
+// first scan over, with a message that says why and what to send instead;
+// one at the bound decodes (a 1000-scan file pinned a worker ~6 s).
+TEST(JpegScans, ManyScansAreRefusedQuickly) {
+  const Bytes at_bound = ManyScanJpeg(64, 64, 100);
+  Result<Image> ok = Decode(at_bound);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->width, 64);
+  const Bytes over = ManyScanJpeg(64, 64, 101);
+  for (const auto& r : {Decode(over), DecodeAtLeast(over, 16, 16)}) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("more than 100 scans"));
+    EXPECT_THAT(r.status().message(), HasSubstr("baseline"));
+  }
+  // Bigger photos allow fewer: 3000x3000 (9 Mpx) allows 44.
+  EXPECT_EQ(MaxJpegScans(3000, 3000), 44);
+  Result<Image> big = Decode(ManyScanJpeg(3000, 3000, 45));
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(big.status().message(), HasSubstr("more than 44 scans"));
+}
+
+// JPEG: the smallest M/8 scale that covers what is asked, decoded straight
+// to it (DCT scaling), the colours where they were.
+TEST(DecodeAtLeast, JpegIsDecodedAtTheSmallestScaleThatCovers) {
+  const Bytes jpeg = EncodeJpegOrDie(Quadrants(800, 600));
+  struct Want {
+    int min_w, min_h, w, h;
+  };
+  for (const Want& c : {Want{100, 0, 100, 75}, Want{101, 0, 200, 150}, Want{0, 150, 200, 150},
+                        Want{300, 100, 300, 225}, Want{700, 10, 700, 525}, Want{801, 0, 800, 600},
+                        Want{0, 0, 800, 600}, Want{1, 1, 100, 75}}) {
+    SCOPED_TRACE(std::to_string(c.min_w) + "x" + std::to_string(c.min_h));
+    Result<Image> img = DecodeAtLeast(jpeg, c.min_w, c.min_h);
+    ASSERT_TRUE(img.ok()) << img.status().ToString();
+    EXPECT_EQ(img->width, c.w);
+    EXPECT_EQ(img->height, c.h);
+    EXPECT_EQ(img->rgb.size(), size_t(c.w) * size_t(c.h) * 3);
+    ExpectColour(*img, 3, 3, "red");
+    ExpectColour(*img, img->width - 4, 3, "green");
+    ExpectColour(*img, 3, img->height - 4, "blue");
+    ExpectColour(*img, img->width - 4, img->height - 4, "white");
+  }
+}
+
+// PNG: decoded whole, then one area resize to the smallest size of its
+// aspect that covers what is asked.
+TEST(DecodeAtLeast, PngIsResizedOnceToCover) {
+  Result<std::string> png = EncodePng(Quadrants(800, 600), 1);
+  ASSERT_TRUE(png.ok());
+  const Bytes bytes = ToBytes(*png);
+  Result<Image> img = DecodeAtLeast(bytes, 200, 100);
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  EXPECT_EQ(img->width, 200);
+  EXPECT_EQ(img->height, 150);
+  ExpectColour(*img, 3, 3, "red");
+  ExpectColour(*img, 196, 146, "white");
+  Result<Image> tall = DecodeAtLeast(bytes, 10, 300);
+  ASSERT_TRUE(tall.ok());
+  EXPECT_EQ(tall->width, 400);
+  EXPECT_EQ(tall->height, 300);
+  Result<Image> whole = DecodeAtLeast(bytes, 900, 10);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->width, 800);
+}
+
+// The limits are the photo's, not the scaled size's: a bomb is refused from
+// its header however small the decode asked; bad input keeps its error.
+TEST(DecodeAtLeast, LimitsAndErrorsAreDecodes) {
+  const Bytes jpeg = EncodeJpegOrDie(Quadrants(800, 600));
+  Limits small;
+  small.max_pixels = 800 * 600 - 1;
+  Result<Image> r = DecodeAtLeast(jpeg, 100, 75, small);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  Bytes truncated(jpeg.begin(), jpeg.begin() + long(jpeg.size() / 2));
+  Result<Image> t = DecodeAtLeast(truncated, 100, 75);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), HasSubstr("JPEG"));
+  Limits bytes_limit;
+  bytes_limit.max_bytes = jpeg.size() - 1;
+  EXPECT_EQ(DecodeAtLeast(jpeg, 100, 75, bytes_limit).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(DecodeAtLeast(ToBytes("not an image"), 100, 75).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// EXIF orientation: the size asked is upright; a photo stored sideways is
+// scaled on its stored sides and turned after.
+TEST_P(Orientation, ScaledDecodeUpright) {
+  const auto& [c, big_endian] = GetParam();
+  // 256x128 stored (8x the 32x16 of DecodedUpright); a quarter of the
+  // upright size asked: scale 2/8.
+  Bytes jpeg = WithApp1(EncodeJpegOrDie(Quadrants(256, 128)), ExifApp1(c.orientation, big_endian));
+  Result<Image> img = DecodeAtLeast(jpeg, c.w * 2, c.h * 2);
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  ASSERT_EQ(img->width, c.w * 2);
+  ASSERT_EQ(img->height, c.h * 2);
+  ExpectColour(*img, 2, 2, c.tl);
+  ExpectColour(*img, img->width - 3, 2, c.tr);
+  ExpectColour(*img, 2, img->height - 3, c.bl);
+  ExpectColour(*img, img->width - 3, img->height - 3, c.br);
+}
+
 }  // namespace
 }  // namespace danqing::image

@@ -123,6 +123,20 @@ TEST_F(PerceiveTest, BadViewsAreInvalidArgument) {
   EXPECT_EQ(perceiver_->Perceive(bad_stride).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The LBP face cascade is read beside the Haar directory unless named; a
+// missing one is named in the error.
+TEST(CvPerceiverTest, LbpCascadesAreFoundBesideTheHaarOnesOrNamed) {
+  auto beside = CreateCvPerceiver({.cascade_dir = "/usr/share/opencv4/haarcascades/"});
+  ASSERT_TRUE(beside.ok()) << beside.status().ToString();
+  EXPECT_EQ((*beside)->AnalysisSide(), 320);
+  auto missing = CreateCvPerceiver({.lbp_cascade_dir = "/nonexistent"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(missing.status().message().find("/nonexistent/lbpcascade_frontalface.xml"),
+            std::string::npos)
+      << missing.status().ToString();
+}
+
 TEST(CvPerceiverTest, MissingCascadesAreUnavailable) {
   auto p = CreateCvPerceiver({.cascade_dir = "/nonexistent"});
   ASSERT_FALSE(p.ok());

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "service/assets.h"
+#include "service/pipeline.h"
 #include "service/server.h"
 #include "verse/corpus.h"
 
@@ -645,6 +646,36 @@ TEST_F(ServiceTest, StopRightAfterStartReturns) {
 }
 
 // The probe port takes no body at all.
+// What a request decodes: twice the perceiver's analysis side on the longer
+// side, the wash plane (a third of the canvas) for a photo background, never
+// more than the photo; the full photo for a perceiver that wants it.
+TEST(PipelineDecodeSizeTest, TheLeastEachConsumerNeeds) {
+  InscribeOptions landscape;
+  landscape.width = 1920;
+  landscape.height = 1080;
+  DecodeSize d = DecodeSizeFor(2560, 1600, 320, landscape);
+  EXPECT_EQ(d.width, 640);
+  EXPECT_EQ(d.height, 0);
+  d = DecodeSizeFor(1600, 2560, 320, landscape);  // portrait: the height
+  EXPECT_EQ(d.width, 0);
+  EXPECT_EQ(d.height, 640);
+  InscribeOptions photo = landscape;
+  photo.background = "photo";
+  d = DecodeSizeFor(2560, 1600, 320, photo);
+  EXPECT_EQ(d.width, 640);
+  EXPECT_EQ(d.height, 360);
+  photo.width = 2048;
+  photo.height = 2048;
+  d = DecodeSizeFor(4000, 3000, 320, photo);
+  EXPECT_EQ(d.width, 682);
+  EXPECT_EQ(d.height, 682);
+  d = DecodeSizeFor(451, 300, 320, landscape);  // smaller than asked: all of it
+  EXPECT_EQ(d.width, 451);
+  d = DecodeSizeFor(2560, 1600, 0, landscape);
+  EXPECT_EQ(d.width, 2560);
+  EXPECT_EQ(d.height, 1600);
+}
+
 TEST(ServiceProbeTest, ProbePortRefusesBodies) {
   auto r = CreateInscriptionRenderer({});
   ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -1,6 +1,8 @@
 #include "service/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 namespace danqing::service {
 namespace {
@@ -77,6 +79,79 @@ void LabeledCounter::Write(std::string* out) const {
   }
 }
 
+SecondsCounter::SecondsCounter(std::string name, std::string help, std::string label)
+    : name_(std::move(name)), help_(std::move(help)), label_(std::move(label)) {}
+
+void SecondsCounter::Add(const std::string& label_value, double seconds) {
+  if (!(seconds > 0)) return;  // a counter never goes down (nor takes NaN)
+  std::lock_guard<std::mutex> lock(mu_);
+  values_[label_value] += seconds;
+}
+
+double SecondsCounter::Get(const std::string& label_value) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = values_.find(label_value);
+  return it == values_.end() ? 0 : it->second;
+}
+
+void SecondsCounter::Write(std::string* out) const {
+  Header(out, name_, help_, "counter");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [lv, v] : values_)
+    *out += name_ + "{" + label_ + "=\"" + lv + "\"} " + Num(v) + "\n";
+}
+
+BusyWindow::BusyWindow(Clock::duration window) : window_(window), created_(Clock::now()) {}
+
+void BusyWindow::Record(Clock::time_point begin, Clock::time_point end, bool gpu) {
+  if (end <= begin) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  intervals_.push_back({begin, end, gpu});
+  // Renders end in about the order they are recorded: drop from the front
+  // what ended before any window a reader can ask for now.
+  const Clock::time_point horizon = end - window_;
+  while (!intervals_.empty() &&
+         (intervals_.front().end < horizon || intervals_.size() > kMaxIntervals)) {
+    intervals_.pop_front();
+  }
+}
+
+double BusyWindow::Ratio(Clock::time_point now, bool gpu_only) const {
+  const Clock::time_point from = std::max(now - window_, created_);
+  if (now <= from) return 0;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> spans;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Interval& i : intervals_) {
+      if (gpu_only && !i.gpu) continue;
+      const auto b = std::max(i.begin, from), e = std::min(i.end, now);
+      if (b < e) spans.emplace_back(b, e);
+    }
+  }
+  std::sort(spans.begin(), spans.end());
+  Clock::duration busy{0};
+  Clock::time_point covered = from;  // the union so far ends here
+  for (const auto& [b, e] : spans) {
+    const auto start = std::max(b, covered);
+    if (e > start) {
+      busy += e - start;
+      covered = e;
+    }
+  }
+  return std::chrono::duration<double>(busy).count() /
+         std::chrono::duration<double>(now - from).count();
+}
+
+void Metrics::ObserveStage(const std::string& stage, double seconds) {
+  stage_seconds.Observe(stage, seconds);
+  stage_busy.Add(stage, seconds);
+}
+
+void Metrics::ObserveRender(BusyWindow::Clock::time_point begin, BusyWindow::Clock::time_point end,
+                            const std::string& render_backend) {
+  render_busy.Record(begin, end, render_backend != "cpu");
+}
+
 Metrics::Metrics()
     : request_seconds("danqing_http_request_duration_seconds",
                       "Time from request read to response, by route.", "route",
@@ -91,11 +166,17 @@ Metrics::Metrics()
       stage_seconds("danqing_inscription_stage_seconds",
                     "Time spent in each stage of an inscription.", "stage",
                     {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
+      stage_busy("danqing_stage_seconds_total",
+                 "Busy seconds of each stage of an inscription (queue: waiting for a render "
+                 "worker); its rate is the cores (for render on a GPU backend: the workers "
+                 "feeding the device) that stage keeps busy.",
+                 "stage"),
       rejected("danqing_inscriptions_rejected_total",
                "Inscription requests refused before rendering, by reason."),
-      renders("danqing_renders_total",
-              "Inscriptions rendered, by the backend that ran the heavy passes; gpu_fallback=\"true\": "
-              "the GPU could not take or finish the render and the CPU did.") {}
+      renders(
+          "danqing_renders_total",
+          "Inscriptions rendered, by the backend that ran the heavy passes; gpu_fallback=\"true\": "
+          "the GPU could not take or finish the render and the CPU did.") {}
 
 std::string Metrics::Render() const {
   std::string out;
@@ -103,6 +184,7 @@ std::string Metrics::Render() const {
   inscription_seconds.Write(&out);
   requests.Write(&out);
   stage_seconds.Write(&out);
+  stage_busy.Write(&out);
   rejected.Write(&out);
   renders.Write(&out);
   const auto gauge = [&](const char* name, const char* help, int64_t v) {
@@ -119,6 +201,18 @@ std::string Metrics::Render() const {
   gauge("danqing_render_gpu_lost",
         "1 when the GPU's CUDA context is lost: renders run on the CPU until the process restarts.",
         gpu_lost.load());
+  const auto ratio = [&](const char* name, const char* help, double v) {
+    Header(&out, name, help, "gauge");
+    out += std::string(name) + " " + Num(v) + "\n";
+  };
+  const auto now = BusyWindow::Clock::now();
+  ratio("danqing_gpu_busy_ratio",
+        "Share of the last 30 s in which at least one render ran on a GPU backend (renders "
+        "counted when they end); 0 on the CPU backend.",
+        render_busy.Ratio(now, true));
+  ratio("danqing_render_busy_ratio",
+        "Share of the last 30 s in which at least one render ran, on any backend.",
+        render_busy.Ratio(now, false));
   Header(&out, "danqing_render_backend_info", "The render backend in use.", "gauge");
   out += "danqing_render_backend_info{backend=\"" + backend + "\"} 1\n";
   Header(&out, "danqing_perceiver_info", "The perceiver in use.", "gauge");

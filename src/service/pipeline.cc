@@ -264,7 +264,10 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
   if (!canvas.ok()) return canvas.status();
   r.backend = outcome.backend;
   r.gpu_fallback = !outcome.gpu_error.empty();
-  r.timings.render_ms = Ms(t);
+  r.render_began = t;
+  r.render_ended = Clock::now();
+  r.timings.render_ms =
+      std::chrono::duration<double, std::milli>(r.render_ended - r.render_began).count();
   r.width = canvas->width;
   r.height = canvas->height;
 

@@ -6,6 +6,7 @@
 // Thread-safety: every method may be called from many threads at once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -48,6 +49,8 @@ struct InscriptionResult {
   std::vector<std::string> lines;
   perceive::Perception perception;
   Timings timings;
+  // When the render stage began and ended (the busy-share metrics).
+  std::chrono::steady_clock::time_point render_began, render_ended;
   std::string backend;        // which backend drew it: "cpu", "cuda"
   bool gpu_fallback = false;  // the GPU could not take or finish it; the CPU did
 };

@@ -457,12 +457,13 @@ void Server::Routes() {
           if (r.ok()) {
             r->timings.queue_ms = std::chrono::duration<double, std::milli>(began - start).count();
             const auto& t = r->timings;
-            metrics_->stage_seconds.Observe("queue", t.queue_ms / 1000);
-            metrics_->stage_seconds.Observe("decode", t.decode_ms / 1000);
-            metrics_->stage_seconds.Observe("perceive", t.perceive_ms / 1000);
-            metrics_->stage_seconds.Observe("verse", t.verse_ms / 1000);
-            metrics_->stage_seconds.Observe("render", t.render_ms / 1000);
-            metrics_->stage_seconds.Observe("encode", t.encode_ms / 1000);
+            metrics_->ObserveStage("queue", t.queue_ms / 1000);
+            metrics_->ObserveStage("decode", t.decode_ms / 1000);
+            metrics_->ObserveStage("perceive", t.perceive_ms / 1000);
+            metrics_->ObserveStage("verse", t.verse_ms / 1000);
+            metrics_->ObserveStage("render", t.render_ms / 1000);
+            metrics_->ObserveStage("encode", t.encode_ms / 1000);
+            metrics_->ObserveRender(r->render_began, r->render_ended, r->backend);
             metrics_->renders.Add("backend=\"" + r->backend + "\",gpu_fallback=\"" +
                                   (r->gpu_fallback ? "true" : "false") + "\"");
           }

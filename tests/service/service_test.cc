@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "service/assets.h"
+#include "service/metrics.h"
 #include "service/pipeline.h"
 #include "service/server.h"
 #include "verse/corpus.h"
@@ -646,6 +647,36 @@ TEST_F(ServiceTest, StopRightAfterStartReturns) {
 }
 
 // The probe port takes no body at all.
+// Overlapping renders count once; renders on the CPU are no GPU time; only
+// the last window counts, and not the time before the process started.
+TEST(ServiceBusyWindowTest, UnionOfRendersOverTheWindow) {
+  using std::chrono::milliseconds;
+  BusyWindow w(std::chrono::seconds(30));
+  const auto base = BusyWindow::Clock::now();
+  w.Record(base + milliseconds(1000), base + milliseconds(2000), true);
+  w.Record(base + milliseconds(1500), base + milliseconds(3000), true);  // overlaps: 2 s in all
+  w.Record(base + milliseconds(4000), base + milliseconds(5000), false);
+  w.Record(base + milliseconds(6000), base + milliseconds(6000), true);  // empty: ignored
+  EXPECT_NEAR(w.Ratio(base + milliseconds(10000), true), 0.2, 1e-3);
+  EXPECT_NEAR(w.Ratio(base + milliseconds(10000), false), 0.3, 1e-3);
+  EXPECT_NEAR(w.Ratio(base + milliseconds(2000), true), 0.5, 1e-3);  // renders cut at now
+  // 40 s on: the window is [10 s, 40 s]; a render from 35 s to 50 s.
+  w.Record(base + milliseconds(35000), base + milliseconds(50000), true);
+  EXPECT_NEAR(w.Ratio(base + milliseconds(40000), true), 5.0 / 30, 1e-3);
+  EXPECT_NEAR(w.Ratio(base + milliseconds(100000), true), 0.0, 1e-9);
+}
+
+TEST(ServiceBusyWindowTest, StageSecondsOnlyGrow) {
+  Metrics m;
+  m.ObserveStage("decode", 0.25);
+  m.ObserveStage("decode", 0.5);
+  m.ObserveStage("decode", -1);  // a clock step back: not counted
+  EXPECT_DOUBLE_EQ(m.stage_busy.Get("decode"), 0.75);
+  EXPECT_THAT(m.Render(), HasSubstr("danqing_stage_seconds_total{stage=\"decode\"} 0.75\n"));
+  EXPECT_THAT(m.Render(),
+              HasSubstr("danqing_inscription_stage_seconds_count{stage=\"decode\"} 3\n"));
+}
+
 // What a request decodes: twice the perceiver's analysis side on the longer
 // side, the wash plane (a third of the canvas) for a photo background, never
 // more than the photo; the full photo for a perceiver that wants it.
@@ -1053,6 +1084,18 @@ TEST_F(ServiceTest, PageHealthAndMetrics) {
               HasSubstr("danqing_inscription_request_duration_seconds_count{outcome=\"ok\"}"));
   EXPECT_THAT(m->body, HasSubstr("# TYPE danqing_renders_in_flight gauge"));
   EXPECT_THAT(m->body, HasSubstr("danqing_inscription_stage_seconds_count{stage=\"render\"}"));
+  // Busy seconds per stage, and the busy shares: a CPU render is no GPU time.
+  for (const char* stage : {"queue", "decode", "perceive", "verse", "render", "encode"}) {
+    EXPECT_THAT(m->body,
+                HasSubstr("danqing_stage_seconds_total{stage=\"" + std::string(stage) + "\"} "));
+  }
+  EXPECT_THAT(m->body, HasSubstr("# TYPE danqing_stage_seconds_total counter"));
+  EXPECT_THAT(m->body, HasSubstr("\ndanqing_gpu_busy_ratio 0\n"));
+  const size_t at = m->body.find("\ndanqing_render_busy_ratio ");
+  ASSERT_NE(at, std::string::npos);
+  const double busy = std::stod(m->body.substr(at + 27));
+  EXPECT_GT(busy, 0.0);
+  EXPECT_LE(busy, 1.0);
   EXPECT_THAT(m->body, HasSubstr("danqing_renders_total{backend=\"cpu\",gpu_fallback=\"false\"} "));
 }
 

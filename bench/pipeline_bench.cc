@@ -4,18 +4,32 @@
 // the service runs. Prints the median of each stage over --runs requests per
 // case, and the host share (decode + perceive + verse + encode).
 //
+// With --workers N: throughput instead. N threads run requests back to back
+// for --seconds (a saturated service with N render workers and nothing else:
+// no HTTP, no queue) on one case (--background, --format), and it prints
+// inscriptions/s, the latency p50/p99, each stage's busy seconds per
+// inscription, and the share of the wall time in which at least one render
+// ran (on a GPU backend: the GPU busy share, as danqing_gpu_busy_ratio).
+//
 //   build/default/bench/pipeline_bench [--runs 5] [--photo FILE] [--size WxH]
+//       [--backend cpu|gpu|auto] [--cascade-dir DIR]
+//       [--workers N --seconds S --background B --format F]
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "image/image.h"
 #include "perceive/perceiver.h"
 #include "service/assets.h"
 #include "service/inscription_renderer.h"
+#include "service/metrics.h"
 #include "service/pipeline.h"
 #include "verse/corpus.h"
 #include "verse/selector.h"
@@ -34,22 +48,95 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0;
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+// N threads, each running requests back to back until `seconds` pass.
+void Throughput(const service::Pipeline& pipeline, std::span<const uint8_t> bytes,
+                const service::InscribeOptions& o, int workers, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  std::mutex mu;
+  std::vector<double> latency;
+  service::Timings busy;  // summed over every inscription
+  std::string backend;
+  service::BusyWindow renders(std::chrono::hours(1));
+  std::atomic<bool> failed{false};
+  const auto start = Clock::now();
+  const auto stop =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      while (Clock::now() < stop && !failed) {
+        auto r = pipeline.Run(bytes, o);
+        if (!r.ok()) {
+          std::fprintf(stderr, "pipeline_bench: %s\n", r.status().ToString().c_str());
+          failed = true;
+          return;
+        }
+        renders.Record(r->render_began, r->render_ended, r->backend != "cpu");
+        std::lock_guard<std::mutex> lock(mu);
+        latency.push_back(r->timings.total_ms);
+        const auto& t = r->timings;
+        busy.decode_ms += t.decode_ms;
+        busy.perceive_ms += t.perceive_ms;
+        busy.verse_ms += t.verse_ms;
+        busy.render_ms += t.render_ms;
+        busy.encode_ms += t.encode_ms;
+        backend = r->backend;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (failed) std::exit(1);
+  const auto end = Clock::now();
+  const double wall = std::chrono::duration<double>(end - start).count();
+  const double n = static_cast<double>(latency.size());
+  std::printf(
+      "throughput: %s %s %dx%d, %d workers, %.1f s: %zu inscriptions, %.2f /s, latency p50 %.1f "
+      "p99 %.1f ms; per inscription (ms) decode %.1f perceive %.1f verse %.2f render %.1f encode "
+      "%.1f; render busy share %.3f, GPU busy share %.3f (backend %s)\n",
+      o.background.c_str(), o.format.c_str(), o.width, o.height, workers, wall, latency.size(),
+      n / wall, Quantile(latency, 0.5), Quantile(latency, 0.99), busy.decode_ms / n,
+      busy.perceive_ms / n, busy.verse_ms / n, busy.render_ms / n, busy.encode_ms / n,
+      renders.Ratio(end, false), renders.Ratio(end, true), backend.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int runs = 5;
   std::string photo_path = DANQING_SOURCE_DIR "/tests/data/photos/astronaut.jpg";
   int width = 1920, height = 1080;
+  std::string backend = "cpu", cascade_dir, one_background = "landscape", one_format = "auto";
+  int workers = 0;
+  double seconds = 10;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--runs" && i + 1 < argc) {
+    if (a == "--backend" && i + 1 < argc) {
+      backend = argv[++i];
+    } else if (a == "--cascade-dir" && i + 1 < argc) {
+      cascade_dir = argv[++i];
+    } else if (a == "--background" && i + 1 < argc) {
+      one_background = argv[++i];
+    } else if (a == "--format" && i + 1 < argc) {
+      one_format = argv[++i];
+    } else if (a == "--workers" && i + 1 < argc) {
+      workers = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--seconds" && i + 1 < argc) {
+      seconds = std::max(0.1, std::atof(argv[++i]));
+    } else if (a == "--runs" && i + 1 < argc) {
       runs = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--photo" && i + 1 < argc) {
       photo_path = argv[++i];
     } else if (a == "--size" && i + 1 < argc) {
       if (std::sscanf(argv[++i], "%dx%d", &width, &height) != 2) Die("--size WxH");
     } else {
-      Die("usage: pipeline_bench [--runs N] [--photo FILE] [--size WxH]");
+      Die("usage: pipeline_bench [--runs N] [--photo FILE] [--size WxH] [--backend B] "
+          "[--cascade-dir DIR] [--workers N --seconds S --background B --format F]");
     }
   }
   auto small = image::ReadFile(photo_path);
@@ -62,14 +149,29 @@ int main(int argc, char** argv) {
   auto corpus = verse::Corpus::Parse(service::BundledPoems(), "bundled poems.tsv");
   if (!corpus.ok()) Die(corpus.status().ToString());
   verse::VerseSelector selector(*corpus);
-  auto perceiver = perceive::CreateCvPerceiver();
+  perceive::CvPerceiverOptions perceiver_options;
+  if (!cascade_dir.empty()) perceiver_options.cascade_dir = cascade_dir;
+  auto perceiver = perceive::CreateCvPerceiver(perceiver_options);
   if (!perceiver.ok()) Die(perceiver.status().ToString());
   auto renderer = service::CreateInscriptionRenderer(
-      {.strokes_path = "", .font_path = "", .threads_per_render = 1, .backend = "cpu"});
+      {.strokes_path = "", .font_path = "", .threads_per_render = 1, .backend = backend});
   if (!renderer.ok()) Die(renderer.status().ToString());
   service::PipelineLimits limits;
   limits.max_canvas_side = 8192;
   service::Pipeline pipeline(perceiver->get(), &selector, renderer->get(), limits);
+  if (workers > 0) {
+    service::InscribeOptions o;
+    o.width = width;
+    o.height = height;
+    o.style = "xing";
+    o.background = one_background;
+    o.format = one_format;
+    if (Status st = pipeline.Validate(o); !st.ok()) Die(st.ToString());
+    std::printf("pipeline_bench: photo 2560x1600 JPEG (%zu bytes, from %s)\n", big->size(),
+                photo_path.c_str());
+    Throughput(pipeline, bytes, o, workers, seconds);
+    return 0;
+  }
 
   std::printf(
       "pipeline_bench: photo 2560x1600 JPEG (%zu bytes, from %s), answer %dx%d xing, "

@@ -16,12 +16,12 @@ if ! grep -q '^DANQING_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
   exit 1
 fi
 cmake --build "$BUILD" --target render_backend_test render_test render_gpu_bench transfer_bench danqing_strokes \
-  danqing-device-plugin
+  danqing-device-plugin pipeline_bench
 
 OUTDIR=.gpu
 rm -rf "$OUTDIR"
-mkdir -p "$OUTDIR"/{bin,lib,lib-cxx,data,font,photos}
-for b in tests/render_backend_test tests/render_test bench/render_gpu_bench bench/transfer_bench \
+mkdir -p "$OUTDIR"/{bin,lib,lib-cxx,data,font,photos,cascades/haarcascades,cascades/lbpcascades}
+for b in tests/render_backend_test tests/render_test bench/render_gpu_bench bench/transfer_bench bench/pipeline_bench \
          cmd/danqing-device-plugin/danqing-device-plugin; do
   strip --strip-debug -o "$OUTDIR/bin/$(basename "$b")" "$BUILD/$b"
 done
@@ -38,6 +38,9 @@ done | sort -u | while read -r lib; do
   esac
 done
 cp "$BUILD/data/strokes.bin" "$BUILD/data/ARPHICPL.TXT" "$OUTDIR/data/"
+# The perceiver's two cascades (Debian's opencv-data) for pipeline_bench.
+cp /usr/share/opencv4/haarcascades/haarcascade_frontalcatface.xml "$OUTDIR/cascades/haarcascades/"
+cp /usr/share/opencv4/lbpcascades/lbpcascade_frontalface.xml "$OUTDIR/cascades/lbpcascades/"
 # A test photo (public domain; its README gives the source) for the photo rows.
 cp tests/data/photos/astronaut.jpg tests/data/photos/README.md "$OUTDIR/photos/"
 FONT=/usr/share/fonts/truetype/arphic/ukai.ttc

@@ -103,6 +103,24 @@ else
   notes="$notes; photo rows NOT run"
 fi
 
+# The whole request on the GPU backend (issue 30): every core running
+# requests back to back (4 MP JPEG photo in, JPEG out), inscriptions/s, p99,
+# and the share of the wall time the GPU had a render (the target: >= 150/s
+# at 1080p with >= 70 % GPU busy).
+PIPELINE=$(find_bin pipeline_bench 2>/dev/null) || PIPELINE=""
+if [ -n "$PIPELINE" ] && [ -f "$PHOTO" ]; then
+  CASCADES=()
+  if [ -d "$DIR/cascades/haarcascades" ]; then CASCADES=(--cascade-dir "$DIR/cascades/haarcascades"); fi
+  for size in 1920x1080 3840x2160; do
+    step "pipeline on the GPU: $size, $(nproc) workers, 20 s"
+    timeout 60 "$PIPELINE" --photo "$PHOTO" --backend gpu "${CASCADES[@]}" --size "$size" \
+      --workers "$(nproc)" --seconds 20 > "$LOG/pipeline_bench_$size.log" 2>&1 || rc=1
+    grep -E "^throughput" "$LOG/pipeline_bench_$size.log" || tail -3 "$LOG/pipeline_bench_$size.log"
+  done
+else
+  notes="$notes; pipeline_bench NOT run (not built, or no photo)"
+fi
+
 TRANSFER=$(find_bin transfer_bench 2>/dev/null) || TRANSFER=""
 if [ -n "$TRANSFER" ]; then
   step "PCIe copies of a render: pageable (the backend now) against pinned"
@@ -158,6 +176,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
   grep -h "PSNR" "$LOG/render_backend_test.log" 2>/dev/null | head -12
   grep -h "\\[  FAILED  \\]" "$LOG"/*.log 2>/dev/null | sort -u | head -10
   grep -E "^(CUDA:|back |gpu |cpu )" "$LOG/render_gpu_bench.log" 2>/dev/null | head -20
+  grep -h "^throughput" "$LOG"/pipeline_bench_*.log 2>/dev/null
   echo "gpu-run: $([ $rc -eq 0 ] && echo PASSED || echo FAILED)${notes}"
 } | tee "$LOG/summary.txt"
 if [ -n "${OUT:-}" ]; then

@@ -177,8 +177,9 @@ int main(int argc, char** argv) {
       "pipeline_bench: photo 2560x1600 JPEG (%zu bytes, from %s), answer %dx%d xing, "
       "median of %d, ms\n",
       big->size(), photo_path.c_str(), width, height, runs);
-  std::printf("%-10s %-6s %7s %8s %6s %7s %7s %6s %6s %9s\n", "background", "format", "decode",
-              "perceive", "verse", "render", "encode", "total", "host", "bytes");
+  std::printf("%-10s %-6s %7s %8s %6s %7s %7s %6s %6s %9s | %s\n", "background", "format", "decode",
+              "perceive", "verse", "render", "encode", "total", "host", "bytes",
+              "CPU ms: decode perceive verse render encode host");
   for (const char* background : {"landscape", "paper", "photo"}) {
     for (const char* format : {"png", "jpeg"}) {
       service::InscribeOptions o;
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
       o.background = background;
       o.format = format;
       std::vector<double> decode, perceive, verse, render, encode, total, host;
+      std::vector<double> c_decode, c_perceive, c_verse, c_render, c_encode, c_host;
       size_t out_bytes = 0;
       for (int i = 0; i < runs; ++i) {
         auto r = pipeline.Run(bytes, o);
@@ -200,11 +202,20 @@ int main(int argc, char** argv) {
         encode.push_back(t.encode_ms);
         total.push_back(t.total_ms);
         host.push_back(t.decode_ms + t.perceive_ms + t.verse_ms + t.encode_ms);
+        c_decode.push_back(t.decode_cpu_ms);
+        c_perceive.push_back(t.perceive_cpu_ms);
+        c_verse.push_back(t.verse_cpu_ms);
+        c_render.push_back(t.render_cpu_ms);
+        c_encode.push_back(t.encode_cpu_ms);
+        c_host.push_back(t.decode_cpu_ms + t.perceive_cpu_ms + t.verse_cpu_ms + t.encode_cpu_ms);
         out_bytes = r->image.size();
       }
-      std::printf("%-10s %-6s %7.1f %8.1f %6.2f %7.1f %7.1f %6.1f %6.1f %9zu\n", background, format,
-                  Median(decode), Median(perceive), Median(verse), Median(render), Median(encode),
-                  Median(total), Median(host), out_bytes);
+      std::printf(
+          "%-10s %-6s %7.1f %8.1f %6.2f %7.1f %7.1f %6.1f %6.1f %9zu | %.1f %.1f %.2f %.1f %.1f "
+          "%.1f\n",
+          background, format, Median(decode), Median(perceive), Median(verse), Median(render),
+          Median(encode), Median(total), Median(host), out_bytes, Median(c_decode),
+          Median(c_perceive), Median(c_verse), Median(c_render), Median(c_encode), Median(c_host));
     }
   }
   return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <set>
 
 #include "render/passes.h"
@@ -14,6 +15,13 @@ using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+// This thread's CPU time so far, in milliseconds.
+double ThreadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
 // Characters that separate lines and are not written.
@@ -204,6 +212,13 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
   InscriptionResult r;
 
   auto t = Clock::now();
+  double cpu = ThreadCpuMs();
+  // The CPU time since the last call, for the stage that just ended.
+  const auto cpu_lap = [&cpu] {
+    const double now = ThreadCpuMs(), lap = now - cpu;
+    cpu = now;
+    return lap;
+  };
   auto header = image::ReadHeader(bytes);
   if (!header.ok()) return header.status();
   const bool turned = header->exif_orientation >= 5;
@@ -214,6 +229,7 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
   auto photo = image::DecodeAtLeast(bytes, need.width, need.height, limits_.image);
   if (!photo.ok()) return photo.status();
   r.timings.decode_ms = Ms(t);
+  r.timings.decode_cpu_ms = cpu_lap();
 
   t = Clock::now();
   perceive::ImageView view{photo->width, photo->height, photo->rgb.data(),
@@ -222,6 +238,7 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
   if (!perception.ok()) return perception.status();
   r.perception = std::move(perception).value();
   r.timings.perceive_ms = Ms(t);
+  r.timings.perceive_cpu_ms = cpu_lap();
 
   t = Clock::now();
   const uint64_t seed = PhotoHash(bytes);
@@ -250,6 +267,7 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
     job.signature = poem.author;
   }
   r.timings.verse_ms = Ms(t);
+  r.timings.verse_cpu_ms = cpu_lap();
 
   t = Clock::now();
   job.width = o.width;
@@ -268,6 +286,7 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
   r.render_ended = Clock::now();
   r.timings.render_ms =
       std::chrono::duration<double, std::milli>(r.render_ended - r.render_began).count();
+  r.timings.render_cpu_ms = cpu_lap();
   r.width = canvas->width;
   r.height = canvas->height;
 
@@ -280,6 +299,7 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
   r.image = std::move(encoded).value();
   r.content_type = jpeg ? "image/jpeg" : "image/png";
   r.timings.encode_ms = Ms(t);
+  r.timings.encode_cpu_ms = cpu_lap();
   r.timings.total_ms = Ms(start);
   return r;
 }

@@ -36,6 +36,12 @@ struct InscribeOptions {
 struct Timings {
   double queue_ms = 0, decode_ms = 0, perceive_ms = 0, verse_ms = 0, render_ms = 0, encode_ms = 0,
          total_ms = 0;
+  // CPU time of the calling thread in each stage (CLOCK_THREAD_CPUTIME_ID):
+  // what the stage cost a core, whatever else shared it (the benchmarks'
+  // figure on a busy machine). Work the stage hands to other threads (a
+  // render with threads_per_render > 1, a GPU) is not in it.
+  double decode_cpu_ms = 0, perceive_cpu_ms = 0, verse_cpu_ms = 0, render_cpu_ms = 0,
+         encode_cpu_ms = 0;
 };
 
 struct InscriptionResult {

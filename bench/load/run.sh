@@ -59,6 +59,16 @@ for level in $LEVELS; do
   hwm=$(awk '/VmHWM/ {print $2 " " $3}' "/proc/$pid/status")
   echo "server: accepted $ok (<=1 s: $ok_1s, <=5 s: $ok_5s, within deadline: $ok_deadline);" \
        "refused $refused (<=1 ms: $refused_1ms, <=10 ms: $refused_10ms); peak RSS $hwm"
+  # The server's CPU time (user + system, /proc/PID/stat fields 14 and 15)
+  # per accepted inscription, and what the machine's cores would then serve
+  # if the service had them to itself: the figure that survives a machine
+  # shared with other work, where wrk's req/s does not.
+  ticks=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+  awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v n="$ok" -v cores="$(nproc)" 'BEGIN {
+    if (n > 0) { ms = t * 1000 / hz / n; printf "server CPU: %.1f ms per accepted inscription; %d cores to itself: %.1f /s\n", ms, cores, cores * 1000 / ms }
+  }'
+  # Busy seconds per stage (danqing_stage_seconds_total) per accepted inscription.
+  awk -v n="$ok" '/^danqing_stage_seconds_total\{/ && n > 0 { split($1, a, "\""); printf "  %s %.1f ms", a[2], $2 * 1000 / n } END { print "" }' "$m"
   kill -TERM "$pid"
   wait "$pid" || true
   rm -f "$log" "$m"

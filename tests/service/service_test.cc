@@ -1,6 +1,10 @@
 // End-to-end tests of the HTTP service over real HTTP on 127.0.0.1 (port 0):
 // real photos, every bad input, overload, deadlines, draining, metrics.
 #include <arpa/inet.h>
+// clang-format off
+#include <cstdio>  // jpeglib.h needs FILE
+#include <jpeglib.h>
+// clang-format on
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -21,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "image/image.h"
 #include "service/assets.h"
 #include "service/metrics.h"
 #include "service/pipeline.h"
@@ -327,6 +332,69 @@ TEST_F(ServiceTest, ExifOrientationIsHonoured) {
   EXPECT_EQ(plain["photo"]["height"], 427);
   EXPECT_EQ(rotated["photo"]["width"], 427);
   EXPECT_EQ(rotated["photo"]["height"], 640);
+}
+
+// A grey progressive JPEG of `scans` scans (64 to 127): the DC, each AC
+// coefficient's high bits alone, then the low-bit refinements (as
+// image_test's ManyScanJpeg; those cut short are sent whole).
+std::string ManyScanJpeg(int w, int h, int scans) {
+  std::vector<jpeg_scan_info> script;
+  script.push_back({1, {0, 0, 0, 0}, 0, 0, 0, 0});
+  for (int k = 1; k <= 63; ++k) script.push_back({1, {0, 0, 0, 0}, k, k, 0, 1});
+  for (int k = 1; k <= 63; ++k) script.push_back({1, {0, 0, 0, 0}, k, k, 1, 0});
+  for (size_t i = size_t(scans); i < script.size(); ++i) script[i - 63].Al = 0;
+  script.resize(size_t(scans));
+  std::vector<uint8_t> px(size_t(w) * size_t(h));
+  for (size_t i = 0; i < px.size(); ++i) px[i] = uint8_t(i * 31 % 251);
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &buf, &size);
+  c.image_width = JDIMENSION(w);
+  c.image_height = JDIMENSION(h);
+  c.input_components = 1;
+  c.in_color_space = JCS_GRAYSCALE;
+  jpeg_set_defaults(&c);
+  c.scan_info = script.data();
+  c.num_scans = scans;
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW row = px.data() + size_t(c.next_scanline) * size_t(w);
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  std::string out(reinterpret_cast<const char*>(buf), size);
+  std::free(buf);
+  return out;
+}
+
+// A progressive JPEG with more scans than its size allows is a 400 that says
+// so (a 1000-scan file pinned a worker for seconds); one at the bound renders.
+TEST_F(ServiceTest, ManyScanJpegsAreClearClientErrors) {
+  ExpectError(PostRaw(ManyScanJpeg(320, 240, 101)), 400, "more than 100 scans");
+  EXPECT_EQ(PostRaw(ManyScanJpeg(320, 240, 100))->status, 200);
+}
+
+// A large photo, stored sideways, as the background: decoded DCT-scaled (to
+// the wash plane and the perceiver's size), turned upright, and reported at
+// its full upright size.
+TEST_F(ServiceTest, LargeSidewaysPhotoBackgroundIsScaledAndUpright) {
+  const std::string small = Photo("rocket.jpg");
+  auto decoded = image::Decode(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(small.data()), small.size()));
+  ASSERT_TRUE(decoded.ok());
+  auto big = image::EncodeJpeg(image::Resize(*decoded, 2048, 1366), 85);
+  ASSERT_TRUE(big.ok());
+  const json j = Ok(PostRaw(WithExifOrientation6(*big), "&background=photo"));
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["photo"]["width"], 1366);
+  EXPECT_EQ(j["photo"]["height"], 2048);
+  EXPECT_EQ(j["width"], 480);
+  EXPECT_GT(j["timings_ms"]["decode"].get<double>(), 0.0);
 }
 
 TEST_F(ServiceTest, BadImagesAreClearClientErrors) {

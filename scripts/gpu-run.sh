@@ -113,7 +113,7 @@ if [ -n "$PIPELINE" ] && [ -f "$PHOTO" ]; then
   if [ -d "$DIR/cascades/haarcascades" ]; then CASCADES=(--cascade-dir "$DIR/cascades/haarcascades"); fi
   for size in 1920x1080 3840x2160; do
     step "pipeline on the GPU: $size, $(nproc) workers, 20 s"
-    timeout 60 "$PIPELINE" --photo "$PHOTO" --backend gpu "${CASCADES[@]}" --size "$size" \
+    timeout 60 "$PIPELINE" --photo "$PHOTO" --backend gpu ${CASCADES[@]+"${CASCADES[@]}"} --size "$size" \
       --workers "$(nproc)" --seconds 20 > "$LOG/pipeline_bench_$size.log" 2>&1 || rc=1
     grep -E "^throughput" "$LOG/pipeline_bench_$size.log" || tail -3 "$LOG/pipeline_bench_$size.log"
   done

@@ -15,6 +15,7 @@
 #include "render/passes.h"
 #include "render/renderer.h"
 #include "render/stroke_data.h"
+#include "testing/support/fifo.h"
 #include "testing/support/render_fixtures.h"
 
 namespace danqing::render {
@@ -163,7 +164,7 @@ TEST(StrokeDataTest, BadFilesAreClearErrors) {
   auto missing = StrokeData::Open("/nonexistent/strokes.bin");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  std::string tmp = testing::TempDir() + "/bad_strokes.bin";
+  std::string tmp = ::testing::TempDir() + "/bad_strokes.bin";
   {
     std::ofstream f(tmp, std::ios::binary);
     f << "this is not a strokes file at all";
@@ -181,6 +182,20 @@ TEST(StrokeDataTest, BadFilesAreClearErrors) {
   std::remove(tmp.c_str());
   auto r = Renderer::Create({"/nonexistent/strokes.bin", "", false});
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+// `danqing serve --strokes` loads with SIGTERM blocked: a FIFO there must be
+// refused at once, not wait for a writer that never comes.
+TEST(StrokeDataTest, AFifoIsRefusedWithoutWaitingForAWriter) {
+  danqing::testing::FifoGuard fifo(::testing::TempDir() + "/strokes.fifo");
+  ASSERT_TRUE(fifo.made());
+  auto sd = StrokeData::Open(fifo.path());
+  EXPECT_TRUE(fifo.Done()) << "StrokeData::Open blocked on the FIFO";
+  ASSERT_FALSE(sd.ok());
+  EXPECT_EQ(sd.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(sd.status().message().find("not a regular file"), std::string::npos)
+      << sd.status().message();
+  std::remove(fifo.path().c_str());
 }
 
 TEST(StyleTest, NamesRoundTrip) {

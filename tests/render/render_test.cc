@@ -435,9 +435,31 @@ TEST_F(RenderTest, OddInputsGiveImagesOrClearErrors) {
   auto empty = renderer_->Render({}, o, &stats);
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(stats.characters, 0);
-  // Punctuation only, invalid UTF-8.
-  EXPECT_TRUE(renderer_->Render({"，。！？\xff\xfe", "", "", ""}, o, &stats).ok());
+  // Punctuation only.
+  EXPECT_TRUE(renderer_->Render({"，。！？", "", "", ""}, o, &stats).ok());
   EXPECT_EQ(stats.characters, 0);
+  // Malformed UTF-8 in any field, or a field past its bound: refused, naming
+  // the field (and the byte) before any work.
+  for (const auto& [text, field] :
+       {std::pair{Inscription{"，\xff\xfe", "", "", ""}, "text is not valid UTF-8 (at byte 3)"},
+        std::pair{Inscription{"山", "\xc0\xaf", "", ""}, "title is not valid UTF-8 (at byte 0)"},
+        std::pair{Inscription{"山", "", "某\xed\xa0\x80", ""},
+                  "signature is not valid UTF-8 (at byte 3)"},
+        std::pair{Inscription{"山", "", "", "\xe7\x94"}, "date is not valid UTF-8 (at byte 0)"},
+        std::pair{Inscription{"山", std::string(kMaxFieldBytes + 1, 'a'), "", ""},
+                  "title is 1025 bytes, longer than 1024"},
+        std::pair{Inscription{std::string(kMaxTextBytes + 1, 'a'), "", "", ""},
+                  "text is 16385 bytes, longer than 16384"}}) {
+    auto r = renderer_->Render(text, o, &stats);
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), field);
+  }
+  RenderOptions bad_seal = o;
+  bad_seal.seal_text = "\xff印";
+  auto seal = renderer_->Render({"山", "", "", ""}, bad_seal, &stats);
+  ASSERT_FALSE(seal.ok());
+  EXPECT_EQ(seal.status().message(), "seal text is not valid UTF-8 (at byte 0)");
   // Emoji: dropped and counted.
   ASSERT_TRUE(renderer_->Render({"山😀水", "", "", ""}, o, &stats).ok());
   EXPECT_EQ(stats.characters, 2);

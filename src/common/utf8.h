@@ -24,4 +24,7 @@ size_t Utf8SequenceAt(std::string_view s, size_t i, char32_t* cp);
 // which field it was.
 Result<std::u32string> DecodeUtf8(std::string_view s);
 
+// The UTF-8 of valid code points (as DecodeUtf8 gives them).
+std::string EncodeUtf8(std::u32string_view cps);
+
 }  // namespace danqing

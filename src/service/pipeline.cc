@@ -110,26 +110,8 @@ Status Pipeline::Validate(const InscribeOptions& o) const {
                              " has no character to write, only spaces and punctuation");
     }
     if (!missing.empty()) {
-      std::string list;
-      for (char32_t c : missing) {
-        // Back to UTF-8 for the message.
-        if (c < 0x80) {
-          list += static_cast<char>(c);
-        } else if (c < 0x800) {
-          list += static_cast<char>(0xC0 | (c >> 6));
-          list += static_cast<char>(0x80 | (c & 0x3F));
-        } else if (c < 0x10000) {
-          list += static_cast<char>(0xE0 | (c >> 12));
-          list += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-          list += static_cast<char>(0x80 | (c & 0x3F));
-        } else {
-          list += static_cast<char>(0xF0 | (c >> 18));
-          list += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-          list += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-          list += static_cast<char>(0x80 | (c & 0x3F));
-        }
-      }
-      return InvalidArgument("these characters cannot be written: " + list);
+      return InvalidArgument(std::string(name) +
+                             " has characters that cannot be written: " + EncodeUtf8(missing));
     }
   }
   return Status::Ok();

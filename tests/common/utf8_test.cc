@@ -10,6 +10,7 @@ TEST(Utf8Test, ValidTextDecodesToItsCodePoints) {
   ASSERT_TRUE(cps.ok()) << cps.status().ToString();
   EXPECT_EQ(*cps, (std::u32string{U'a', U'é', U'山', U'😀'}));
   EXPECT_TRUE(DecodeUtf8("").ok());
+  EXPECT_EQ(EncodeUtf8(*cps), "a\xc3\xa9\xe5\xb1\xb1\xf0\x9f\x98\x80");
 }
 
 TEST(Utf8Test, EachMalformedShapeIsRefusedAtItsByte) {

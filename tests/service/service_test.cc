@@ -359,7 +359,10 @@ TEST_F(ServiceTest, BadOptionsAreNamed) {
   ExpectError(PostRaw(jpeg, "&width=10"), 400, "width");
   ExpectError(PostRaw(jpeg, "&width=abc"), 400, "width");
   ExpectError(PostRaw(jpeg, "&vertical=sideways"), 400, "vertical");
-  ExpectError(PostRaw(jpeg, "&text=%F0%9F%98%80"), 400, "cannot be written");  // an emoji
+  ExpectError(PostRaw(jpeg, "&text=%F0%9F%98%80"), 400,
+              "text has characters that cannot be written: \xf0\x9f\x98\x80");  // an emoji
+  ExpectError(PostRaw(jpeg, "&title=%E5%B1%B1%F0%9F%98%80"), 400,
+              "title has characters that cannot be written: \xf0\x9f\x98\x80");
   ExpectError(PostRaw(jpeg, "&text=%E6%98%8E%FF"), 400, "UTF-8");
   ExpectError(PostRaw(jpeg, "&text=%E3%80%82%E3%80%82"), 400, "no character to write");  // 。。
   // The field and the byte a UTF-8 error is at; an empty number as an empty word.

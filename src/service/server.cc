@@ -649,11 +649,21 @@ void Server::CutOffPending() {
   }
 }
 
-void Server::Stop() {
-  if (http_) http_->stop();
+void Server::Stop(std::chrono::milliseconds grace) {
+  if (http_) {
+    http_->set_stop_grace(grace);
+    http_->stop();
+  }
   if (listener_.joinable()) listener_.join();
-  if (probe_http_) probe_http_->stop();
+  if (probe_http_) {
+    probe_http_->set_stop_grace(grace);
+    probe_http_->stop();
+  }
   if (probe_listener_.joinable()) probe_listener_.join();
+}
+
+size_t Server::connections_cut() const {
+  return (http_ ? http_->cut_at_stop() : 0) + (probe_http_ ? probe_http_->cut_at_stop() : 0);
 }
 
 }  // namespace danqing::service

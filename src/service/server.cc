@@ -60,7 +60,18 @@ httplib::Server::HandlerResponse ErrorBody(const httplib::Request& req, httplib:
     case 404: Error(res, 404, "no such resource: " + req.method + " " + req.path); break;
     case 413: Error(res, 413, "the upload is too large"); break;
     case 414: Error(res, 414, "the request URI is too long"); break;
-    case 400: Error(res, 400, "malformed request"); break;
+    case 400:
+      // httplib refuses a multipart body it cannot parse (a bad boundary, a
+      // part without a name, more than 1024 parts) with a bare 400.
+      if (req.is_multipart_form_data()) {
+        Error(res, 400,
+              "the multipart/form-data body could not be read: it needs well-formed parts, "
+              "each with a name, and at most " +
+                  std::to_string(CPPHTTPLIB_MULTIPART_FORM_DATA_FILE_MAX_COUNT) + " of them");
+      } else {
+        Error(res, 400, "malformed request");
+      }
+      break;
     case 405:
       Error(res, 405,
             req.method + " is not served on " + req.path +

@@ -259,6 +259,20 @@ TEST_F(ServiceTest, PhotosGetPlausibleThemesAndAVerse) {
   }
 }
 
+// A multipart body httplib cannot parse (here: more parts than it keeps) is
+// a 400 that says what a multipart upload must look like, not "malformed".
+TEST_F(ServiceTest, AnUnreadableMultipartBodySaysWhatIsExpected) {
+  auto c = service_->Client();
+  httplib::MultipartFormDataItems items = {
+      {"image", Photo("rocket.jpg"), "rocket.jpg", "image/jpeg"}};
+  for (int i = 0; i < 1100; ++i) items.push_back({"x" + std::to_string(i), "1", "", ""});
+  auto res = c.Post("/v1/inscriptions", items);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_THAT(res->body, HasSubstr("multipart/form-data body could not be read"));
+  EXPECT_THAT(res->body, HasSubstr("at most 1024"));
+}
+
 TEST_F(ServiceTest, MultipartUploadAnswersTheImageAndKeepsItsJson) {
   auto c = service_->Client();
   httplib::MultipartFormDataItems items = {

@@ -23,6 +23,7 @@
 
 #include "service/assets.h"
 #include "service/server.h"
+#include "testing/support/loopback.h"
 #include "verse/corpus.h"
 
 namespace danqing::service {
@@ -460,41 +461,8 @@ TEST_F(ServiceTest, IdsAreRandom128Bits) {
   }
 }
 
-// A new connection to 127.0.0.1:`port`; -1 if it failed.
-int ConnectLoopback(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Sends `bytes` on a new connection to `port` and returns what comes back
-// until the server closes it (at most 10 s).
-std::string RawExchange(int port, const std::string& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string answer;
-  char buf[4096];
-  ssize_t n = 0;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return answer;
-}
+using danqing::testing::ConnectLoopback;
+using danqing::testing::RawExchange;
 
 // httplib applies the payload limit only to a declared Content-Length: a
 // chunked body it reads whole, a gzip one it inflates whole (a 1 MB upload of

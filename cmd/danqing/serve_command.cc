@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -117,8 +119,19 @@ int RunServe(const ServeFlags& f) {
     sigtimedwait(&signals, nullptr, &delay);
   }
   spdlog::info("danqing serve: draining (at most {} s)", f.drain_timeout_s);
-  const bool in_time = server.Drain(std::chrono::seconds(f.drain_timeout_s));
-  server.Stop();
+  const auto drain_start = std::chrono::steady_clock::now();
+  const auto drain_timeout = std::chrono::seconds(f.drain_timeout_s);
+  const bool in_time = server.Drain(drain_timeout);
+  // What is left of the drain timeout bounds the connections still open too
+  // (an upload trickling in, an answer read slowly).
+  const auto left = std::max<std::chrono::milliseconds>(
+      std::chrono::milliseconds(0),
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          drain_timeout - (std::chrono::steady_clock::now() - drain_start)));
+  server.Stop(left);
+  if (const size_t closed = server.connections_cut(); closed > 0) {
+    spdlog::warn("danqing serve: {} connection(s) still open at the drain timeout closed", closed);
+  }
   // Exit 1 only when an accepted inscription was not answered with its image.
   const size_t cut = server.cut_off();
   if (cut > 0) {

@@ -4,33 +4,10 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "common/utf8.h"
+
 namespace danqing {
 namespace {
-
-// The length of the valid, shortest-form UTF-8 sequence at s[i] and its code
-// point; 0 when s[i] does not start one.
-size_t DecodeUtf8(std::string_view s, size_t i, uint32_t* cp) {
-  const auto b = [&](size_t k) { return static_cast<uint8_t>(s[i + k]); };
-  const uint8_t lead = b(0);
-  size_t len = 0;
-  uint32_t min = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    len = 2, min = 0x80, *cp = lead & 0x1Fu;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    len = 3, min = 0x800, *cp = lead & 0x0Fu;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    len = 4, min = 0x10000, *cp = lead & 0x07u;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    if ((b(k) & 0xC0u) != 0x80u) return 0;
-    *cp = (*cp << 6) | (b(k) & 0x3Fu);
-  }
-  if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) return 0;
-  return len;
-}
 
 // Characters that are valid but move, hide or break text in a log line.
 bool Disruptive(uint32_t cp) {
@@ -78,8 +55,8 @@ std::string Printable(std::string_view text, size_t max_bytes) {
     } else if (c < 0x80) {
       piece = EscapeByte(c);
     } else {
-      uint32_t cp = 0;
-      used = DecodeUtf8(text, i, &cp);
+      char32_t cp = 0;
+      used = Utf8SequenceAt(text, i, &cp);
       if (used == 0) {
         used = 1;
         piece = EscapeByte(c);

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -110,6 +112,39 @@ void LingeringClose(int sock) {
 
 }  // namespace
 
+// The sockets of the connections being served. Connection registers its
+// socket for its life and leaves before closing it, under the lock that
+// CutAll holds: CutAll never touches a closed (and maybe reused) number.
+class BoundedServer::ActiveSockets {
+ public:
+  void Add(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fds_.insert(fd);
+    if (cut_) ::shutdown(fd, SHUT_RDWR);
+  }
+  void Remove(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fds_.erase(fd);
+    if (fds_.empty()) empty_.notify_all();
+  }
+  // Waits up to `grace` for every connection to end, then shuts down the
+  // sockets of those left (their reads and writes fail at once) and of any
+  // registered later. The number shut down.
+  size_t CutAllAfter(std::chrono::milliseconds grace) {
+    std::unique_lock<std::mutex> lock(mu_);
+    empty_.wait_for(lock, grace, [this] { return fds_.empty(); });
+    cut_ = true;
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    return fds_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable empty_;
+  std::unordered_set<int> fds_;  // guarded by mu_
+  bool cut_ = false;             // guarded by mu_
+};
+
 std::optional<BodyRefusal> RefuseBody(const httplib::Request& req, size_t max_body) {
   const std::string te = req.get_header_value("Transfer-Encoding");
   if (!te.empty() && te != "identity") {
@@ -149,7 +184,9 @@ std::optional<BodyRefusal> RefuseBody(const httplib::Request& req, size_t max_bo
 }
 
 BoundedServer::BoundedServer(size_t max_header_bytes, std::chrono::milliseconds header_deadline)
-    : max_header_bytes_(max_header_bytes), header_deadline_(header_deadline) {
+    : max_header_bytes_(max_header_bytes),
+      header_deadline_(header_deadline),
+      active_(std::make_unique<ActiveSockets>()) {
   set_pre_routing_handler(nullptr);
   set_socket_options([](socket_t sock) {
     int yes = 1;
@@ -197,14 +234,19 @@ class BoundedServer::Connection final : public httplib::Stream {
     size_t max_requests;
   };
 
-  Connection(int sock, const Limits& limits)
+  // `active` (may be null) holds the socket while this connection does.
+  Connection(int sock, const Limits& limits, ActiveSockets* active)
       : sock_(sock),
         limits_(limits),
         requests_left_(limits.max_requests),
         parser_(limits.max_header_bytes),
-        idle_due_(Clock::now() + limits.keep_alive) {}
+        idle_due_(Clock::now() + limits.keep_alive),
+        active_(active) {
+    if (active_ != nullptr) active_->Add(sock_);
+  }
   ~Connection() override {
     if (sock_ >= 0) {
+      if (active_ != nullptr) active_->Remove(sock_);
       ::shutdown(sock_, SHUT_RDWR);
       ::close(sock_);
     }
@@ -213,7 +255,10 @@ class BoundedServer::Connection final : public httplib::Stream {
   Connection& operator=(const Connection&) = delete;
 
   // The socket, no longer closed by this connection.
-  int Release() { return std::exchange(sock_, -1); }
+  int Release() {
+    if (active_ != nullptr && sock_ >= 0) active_->Remove(sock_);
+    return std::exchange(sock_, -1);
+  }
 
   enum class Head { kComplete, kWaiting, kClosed, kRefused };
   // Reads and checks the next request's head as far as bytes have come,
@@ -455,6 +500,7 @@ class BoundedServer::Connection final : public httplib::Stream {
   std::string status_;  // the first bytes of the response, up to its status code
   bool lingering_ = false;
   size_t dropped_ = 0;  // bytes drained while lingering
+  ActiveSockets* const active_;
 };
 
 // Connections waiting for bytes, in an epoll set watched by one thread: a
@@ -634,6 +680,8 @@ class BoundedServer::ServingQueue final : public httplib::TaskQueue {
   void enqueue(std::function<void()> fn) override { pool_->enqueue(std::move(fn)); }
   void shutdown() override {
     if (server_.poller_) server_.poller_->Stop();
+    const auto grace = std::chrono::milliseconds(server_.stop_grace_ms_.load());
+    server_.cut_at_stop_ += server_.active_->CutAllAfter(grace);
     pool_->shutdown();
   }
   void on_idle() override { pool_->on_idle(); }
@@ -649,6 +697,11 @@ BoundedServer& BoundedServer::set_body_deadline(std::chrono::milliseconds deadli
                                                 size_t min_rate) {
   body_deadline_ = deadline;
   body_min_rate_ = min_rate;
+  return *this;
+}
+
+BoundedServer& BoundedServer::set_stop_grace(std::chrono::milliseconds grace) {
+  stop_grace_ms_ = std::max<int64_t>(0, grace.count());
   return *this;
 }
 
@@ -901,7 +954,7 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
                                   body_min_rate_,
                                   std::chrono::seconds(keep_alive_timeout_sec_),
                                   keep_alive_max_count_};
-  Serve(std::make_unique<Connection>(sock, limits));
+  Serve(std::make_unique<Connection>(sock, limits, active_.get()));
   return true;
 }
 

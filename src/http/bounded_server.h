@@ -69,7 +69,10 @@
 // Thread-safety: configure (handlers, limits, timeouts) before listening, on
 // one thread. listen_after_bind() runs on one thread until stop(), which any
 // thread may call; it returns after the poller and every pool thread have
-// stopped and every connection is closed. Handlers and the logger run on
+// stopped and every connection is closed: connections still being served
+// get the stop grace to finish, then their sockets are shut down, so a slow
+// client (a trickled upload, an unread answer, an event stream) cannot hold
+// the stop past it. Handlers and the logger run on
 // pool threads. A connection belongs to one thread at a time: the pool
 // thread serving it, or the poller while it waits.
 #pragma once
@@ -118,6 +121,11 @@ class BoundedServer : public httplib::Server {
   // waiting longest is closed to make room.
   BoundedServer& set_max_idle_connections(size_t n);
 
+  // After stop(), how long connections being served may take to finish
+  // before their sockets are shut down (default 5 s; any thread, before
+  // stop()).
+  BoundedServer& set_stop_grace(std::chrono::milliseconds grace);
+
   // Hide httplib's (see above): the handlers are also noted for 405 answers.
   BoundedServer& Get(const std::string& pattern, Handler handler);
   BoundedServer& Post(const std::string& pattern, Handler handler);
@@ -146,6 +154,9 @@ class BoundedServer : public httplib::Server {
   bool listen(const std::string& host, int port, int socket_flags = 0);
 
   size_t max_header_bytes() const { return max_header_bytes_; }
+  // Connections still being served when the stop grace ran out, and so
+  // shut down (any thread; final once listen_after_bind() returned).
+  size_t cut_at_stop() const { return cut_at_stop_.load(); }
   // Connections waiting for bytes now, held by no thread (any thread).
   size_t idle_connections() const { return idle_connections_.load(); }
 
@@ -153,6 +164,7 @@ class BoundedServer : public httplib::Server {
   class Connection;
   class Poller;
   class ServingQueue;
+  class ActiveSockets;
 
   bool process_and_close_socket(socket_t sock) override;
   // Serves `c`'s requests while their bytes come without waiting; then
@@ -184,6 +196,11 @@ class BoundedServer : public httplib::Server {
   // they are joined; the pool threads only read it.
   std::unique_ptr<Poller> poller_;
   std::atomic<size_t> idle_connections_{0};
+  // The sockets of connections held by pool threads, shut down when the
+  // stop grace is over.
+  std::unique_ptr<ActiveSockets> active_;
+  std::atomic<int64_t> stop_grace_ms_{5000};
+  std::atomic<size_t> cut_at_stop_{0};
 };
 
 // Binds `s` to `host`:`port` (port 0: any free port) and returns the port,

@@ -13,6 +13,7 @@
 #include <opencv2/objdetect.hpp>
 #include <vector>
 
+#include "common/read_file.h"
 #include "perceive/perceiver.h"
 
 namespace danqing::perceive {
@@ -274,6 +275,10 @@ Result<cv::CascadeClassifier> LoadCascade(const std::string& dir, const std::str
   const std::string path = (std::filesystem::path(dir) / name).string();
   if (!std::filesystem::exists(path)) {
     return Unavailable("cascade " + path + " not found (Debian package opencv-data)");
+  }
+  // OpenCV opens the path itself: a FIFO there would block start-up.
+  if (Status regular = CheckRegularFile(path); !regular.ok()) {
+    return Unavailable("cascade " + path + ": " + regular.message());
   }
   cv::CascadeClassifier c;
   bool loaded = false;

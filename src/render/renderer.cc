@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/utf8.h"
 #include "render/backend.h"
 #include "render/brush.h"
 #include "render/glyph_font.h"
@@ -31,38 +32,6 @@ double Ms(Clock::time_point a, Clock::time_point b) {
 }
 
 constexpr char kDefaultFont[] = "/usr/share/fonts/truetype/arphic/ukai.ttc";
-
-// UTF-8 to code points; malformed bytes become U+FFFD.
-std::vector<char32_t> DecodeUtf8(std::string_view s) {
-  std::vector<char32_t> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    auto b = static_cast<unsigned char>(s[i]);
-    int n = b < 0x80 ? 0 : (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : (b >> 3) == 30 ? 3 : -1;
-    if (n < 0 || i + static_cast<size_t>(n) >= s.size() + (n == 0 ? 1 : 0)) {
-      if (n != 0) {
-        out.push_back(0xFFFD);
-        ++i;
-        continue;
-      }
-    }
-    char32_t c = n == 0 ? b : n == 1 ? (b & 0x1F) : n == 2 ? (b & 0x0F) : (b & 0x07);
-    bool ok = true;
-    for (int k = 1; k <= n; ++k) {
-      auto cb = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-      if ((cb & 0xC0) != 0x80) { ok = false; break; }
-      c = (c << 6) | (cb & 0x3F);
-    }
-    if (!ok) {
-      out.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
-    out.push_back(c);
-    i += static_cast<size_t>(n) + 1;
-  }
-  return out;
-}
 
 // Punctuation and spaces: line breaks, never written.
 bool IsBreak(char32_t c) {
@@ -408,12 +377,36 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
       opts.photo->rgb.size() != static_cast<size_t>(opts.photo->width) * static_cast<size_t>(opts.photo->height) * 3) {
     return InvalidArgument("photo buffer size does not match its dimensions");
   }
+  // Before any work: each field valid UTF-8 and bounded in bytes (callers
+  // such as `danqing render` pass what a user typed).
+  std::u32string fields[5];
+  {
+    const std::pair<const char*, const std::string*> named[5] = {{"text", &text.text},
+                                                                 {"title", &text.title},
+                                                                 {"signature", &text.signature},
+                                                                 {"date", &text.date},
+                                                                 {"seal text", &opts.seal_text}};
+    for (size_t f = 0; f < 5; ++f) {
+      const auto& [name, field] = named[f];
+      const size_t limit = f == 0 ? kMaxTextBytes : kMaxFieldBytes;
+      if (field->size() > limit) {
+        return InvalidArgument(std::string(name) + " is " + std::to_string(field->size()) +
+                               " bytes, longer than " + std::to_string(limit));
+      }
+      auto cps = DecodeUtf8(*field);
+      if (!cps.ok()) return InvalidArgument(std::string(name) + " is " + cps.status().message());
+      fields[f] = std::move(cps).value();
+    }
+  }
   RenderStats stats;
   const StyleSet style = StyleFor(opts.style);
-  auto keep = [&](const std::vector<char32_t>& in, std::vector<char32_t>* out) {
+  auto keep = [&](const std::u32string& in, std::vector<char32_t>* out) {
     for (char32_t c : in) {
       if (IsBreak(c)) continue;
-      if (CanRender(c)) out->push_back(c); else ++stats.dropped_characters;
+      if (CanRender(c))
+        out->push_back(c);
+      else
+        ++stats.dropped_characters;
     }
   };
   // Poem lines, split at punctuation and line breaks.
@@ -421,7 +414,7 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   li.vertical = opts.vertical;
   {
     std::vector<char32_t> cur;
-    for (char32_t c : DecodeUtf8(text.text)) {
+    for (char32_t c : fields[0]) {
       if (IsBreak(c)) {
         if (!cur.empty()) li.lines.push_back(std::move(cur));
         cur.clear();
@@ -431,9 +424,9 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
     }
     if (!cur.empty()) li.lines.push_back(std::move(cur));
   }
-  keep(DecodeUtf8(text.title), &li.title);
-  keep(DecodeUtf8(text.signature), &li.signature);
-  keep(DecodeUtf8(text.date), &li.signature);
+  keep(fields[1], &li.title);
+  keep(fields[2], &li.signature);
+  keep(fields[3], &li.signature);
 
   const float W = static_cast<float>(w), H = static_cast<float>(h);
   Region region, full{0.05f * W, 0.05f * H, 0.95f * W, 0.95f * H};
@@ -582,7 +575,7 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
 
   // The seal.
   std::vector<char32_t> seal_chars;
-  for (char32_t c : DecodeUtf8(opts.seal_text.empty() ? text.signature : opts.seal_text)) {
+  for (char32_t c : opts.seal_text.empty() ? fields[2] : fields[4]) {
     if (!IsBreak(c) && CanRender(c) && c > 0x2E80 && seal_chars.size() < 4) seal_chars.push_back(c);
   }
   if (seal_chars.size() < 2) seal_chars = {U'丹', U'青'};

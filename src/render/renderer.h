@@ -43,6 +43,11 @@ struct Inscription {
   std::string date;  // written after the signature, e.g. "甲辰春"
 };
 
+// Bounds on an inscription's fields, in bytes of UTF-8: Render refuses more
+// (and malformed UTF-8) with INVALID_ARGUMENT naming the field.
+inline constexpr size_t kMaxTextBytes = 16384;  // text
+inline constexpr size_t kMaxFieldBytes = 1024;  // title, signature, date, seal text
+
 // Canvas limits: each side in [kMinSide, kMaxSide], at most kMaxPixels.
 inline constexpr int kMinSide = 64;
 inline constexpr int kMaxSide = 8192;

@@ -24,12 +24,18 @@ int16_t I16(const uint8_t* p) {
 }  // namespace
 
 Result<std::unique_ptr<StrokeData>> StrokeData::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: open() of a FIFO would otherwise wait for a writer, and
+  // `danqing serve` loads this with SIGTERM blocked.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     return Status(errno == ENOENT ? StatusCode::kNotFound : StatusCode::kUnavailable,
                   "stroke data " + path + ": " + std::strerror(errno));
   }
   struct stat st {};
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return FailedPrecondition("stroke data " + path + ": not a regular file");
+  }
   if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(kHeader)) {
     ::close(fd);
     return InvalidArgument("stroke data " + path + ": too short to be a strokes file");

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <set>
 
+#include "common/utf8.h"
 #include "render/passes.h"
 #include "render/renderer.h"
 
@@ -69,43 +70,6 @@ uint64_t PhotoHash(std::span<const uint8_t> bytes) {
     h *= 0x100000001b3ULL;
   }
   return h;
-}
-
-Result<std::u32string> DecodeUtf8(std::string_view s) {
-  std::u32string out;
-  for (size_t i = 0; i < s.size();) {
-    const auto b0 = static_cast<uint8_t>(s[i]);
-    int len = 0;
-    char32_t c = 0;
-    if (b0 < 0x80) {
-      len = 1, c = b0;
-    } else if ((b0 & 0xE0) == 0xC0) {
-      len = 2, c = b0 & 0x1F;
-    } else if ((b0 & 0xF0) == 0xE0) {
-      len = 3, c = b0 & 0x0F;
-    } else if ((b0 & 0xF8) == 0xF0) {
-      len = 4, c = b0 & 0x07;
-    } else {
-      return InvalidArgument("not valid UTF-8 (at byte " + std::to_string(i) + ")");
-    }
-    if (i + static_cast<size_t>(len) > s.size()) {
-      return InvalidArgument("not valid UTF-8 (at byte " + std::to_string(i) + ")");
-    }
-    for (int k = 1; k < len; ++k) {
-      const auto b = static_cast<uint8_t>(s[i + static_cast<size_t>(k)]);
-      if ((b & 0xC0) != 0x80) {
-        return InvalidArgument("not valid UTF-8 (at byte " + std::to_string(i) + ")");
-      }
-      c = (c << 6) | (b & 0x3F);
-    }
-    static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (c < kMin[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) {
-      return InvalidArgument("not valid UTF-8 (at byte " + std::to_string(i) + ")");
-    }
-    out.push_back(c);
-    i += static_cast<size_t>(len);
-  }
-  return out;
 }
 
 Pipeline::Pipeline(perceive::Perceiver* perceiver, verse::VerseSelector* selector,
@@ -181,26 +145,8 @@ Status Pipeline::Validate(const InscribeOptions& o) const {
                              " has no character to write, only spaces and punctuation");
     }
     if (!missing.empty()) {
-      std::string list;
-      for (char32_t c : missing) {
-        // Back to UTF-8 for the message.
-        if (c < 0x80) {
-          list += static_cast<char>(c);
-        } else if (c < 0x800) {
-          list += static_cast<char>(0xC0 | (c >> 6));
-          list += static_cast<char>(0x80 | (c & 0x3F));
-        } else if (c < 0x10000) {
-          list += static_cast<char>(0xE0 | (c >> 12));
-          list += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-          list += static_cast<char>(0x80 | (c & 0x3F));
-        } else {
-          list += static_cast<char>(0xF0 | (c >> 18));
-          list += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-          list += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-          list += static_cast<char>(0x80 | (c & 0x3F));
-        }
-      }
-      return InvalidArgument("these characters cannot be written: " + list);
+      return InvalidArgument(std::string(name) +
+                             " has characters that cannot be written: " + EncodeUtf8(missing));
     }
   }
   return Status::Ok();

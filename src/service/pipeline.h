@@ -119,8 +119,4 @@ DecodeSize DecodeSizeFor(int photo_width, int photo_height, int analysis_side,
 // FNV-1a over the bytes: the photo's seed for verse choice and brushwork.
 uint64_t PhotoHash(std::span<const uint8_t> bytes);
 
-// UTF-8 to code points; INVALID_ARGUMENT for malformed UTF-8 ("not valid
-// UTF-8 (at byte N)", for the caller to say which field it was).
-Result<std::u32string> DecodeUtf8(std::string_view s);
-
 }  // namespace danqing::service

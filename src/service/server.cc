@@ -60,7 +60,18 @@ httplib::Server::HandlerResponse ErrorBody(const httplib::Request& req, httplib:
     case 404: Error(res, 404, "no such resource: " + req.method + " " + req.path); break;
     case 413: Error(res, 413, "the upload is too large"); break;
     case 414: Error(res, 414, "the request URI is too long"); break;
-    case 400: Error(res, 400, "malformed request"); break;
+    case 400:
+      // httplib refuses a multipart body it cannot parse (a bad boundary, a
+      // part without a name, more than 1024 parts) with a bare 400.
+      if (req.is_multipart_form_data()) {
+        Error(res, 400,
+              "the multipart/form-data body could not be read: it needs well-formed parts, "
+              "each with a name, and at most " +
+                  std::to_string(CPPHTTPLIB_MULTIPART_FORM_DATA_FILE_MAX_COUNT) + " of them");
+      } else {
+        Error(res, 400, "malformed request");
+      }
+      break;
     case 405:
       Error(res, 405,
             req.method + " is not served on " + req.path +
@@ -650,11 +661,21 @@ void Server::CutOffPending() {
   }
 }
 
-void Server::Stop() {
-  if (http_) http_->stop();
+void Server::Stop(std::chrono::milliseconds grace) {
+  if (http_) {
+    http_->set_stop_grace(grace);
+    http_->stop();
+  }
   if (listener_.joinable()) listener_.join();
-  if (probe_http_) probe_http_->stop();
+  if (probe_http_) {
+    probe_http_->set_stop_grace(grace);
+    probe_http_->stop();
+  }
   if (probe_listener_.joinable()) probe_listener_.join();
+}
+
+size_t Server::connections_cut() const {
+  return (http_ ? http_->cut_at_stop() : 0) + (probe_http_ ? probe_http_->cut_at_stop() : 0);
 }
 
 }  // namespace danqing::service

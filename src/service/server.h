@@ -104,8 +104,13 @@ class Server {
   // Accepted inscriptions answered 503 because a drain ran out of time
   // (final once Stop() has returned).
   size_t cut_off() const { return cut_off_.load(); }
-  // Stops listening and joins the HTTP threads.
-  void Stop();
+  // Stops listening and joins the HTTP threads. Connections still being
+  // served (a trickled upload, an answer the client does not read) get
+  // `grace` to finish, then are closed: Stop() returns within about it.
+  void Stop(std::chrono::milliseconds grace = std::chrono::seconds(5));
+  // Connections closed by Stop() when the grace ran out (final once Stop()
+  // has returned).
+  size_t connections_cut() const;
 
  private:
   struct Pending;  // an accepted inscription's answer, awaited by its handler

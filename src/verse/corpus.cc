@@ -68,8 +68,8 @@ Result<Corpus> Corpus::Parse(std::string_view content, std::string_view source) 
 }
 
 Result<Corpus> Corpus::Load(const std::string& path) {
-  const auto text = ReadTextFile(path);
-  if (!text) return NotFound("verse corpus " + path + " cannot be opened");
+  auto text = ReadRegularFile(path, kMaxTextFileBytes);
+  if (!text.ok()) return text.status().WithContext("verse corpus " + path);
   return Parse(*text, path);
 }
 

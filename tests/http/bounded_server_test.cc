@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "http/request_head.h"
+#include "testing/support/loopback.h"
 
 namespace danqing::http {
 namespace {
@@ -27,43 +28,10 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-int Connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool SendAll(int fd, const std::string& bytes) {
-  return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
-}
-
-// Everything the server sends until it closes (or 10 s pass).
-std::string ReadToClose(int fd) {
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string answer;
-  char buf[4096];
-  ssize_t n = 0;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
-  return answer;
-}
-
-std::string Exchange(int port, const std::string& bytes) {
-  const int fd = Connect(port);
-  EXPECT_GE(fd, 0);
-  EXPECT_TRUE(SendAll(fd, bytes));
-  std::string answer = ReadToClose(fd);
-  ::close(fd);
-  return answer;
-}
+using danqing::testing::ConnectLoopback;
+using danqing::testing::RawExchange;
+using danqing::testing::ReadToClose;
+using danqing::testing::SendAll;
 
 size_t Responses(const std::string& answer) {
   size_t n = 0;
@@ -140,9 +108,9 @@ const std::string kNext =
 
 TEST(BoundedServerFramingTest, DifferingContentLengthsAreRefusedAndTheRestIsNotARequest) {
   TestServer t;
-  const std::string answer =
-      Exchange(t.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: " +
-                             std::to_string(5 + kNext.size()) + "\r\n\r\nhello" + kNext);
+  const std::string answer = RawExchange(
+      t.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: " +
+                    std::to_string(5 + kNext.size()) + "\r\n\r\nhello" + kNext);
   EXPECT_THAT(answer, StartsWith("HTTP/1.1 400")) << answer;
   EXPECT_THAT(answer, HasSubstr("Content-Length"));
   EXPECT_EQ(Responses(answer), 1u) << answer;
@@ -151,8 +119,8 @@ TEST(BoundedServerFramingTest, DifferingContentLengthsAreRefusedAndTheRestIsNotA
 TEST(BoundedServerFramingTest, WhitespaceBeforeTheColonIsRefusedAndTheBodyIsNotARequest) {
   TestServer t;
   const std::string answer =
-      Exchange(t.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : " +
-                             std::to_string(kNext.size()) + "\r\n\r\n" + kNext);
+      RawExchange(t.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : " +
+                                std::to_string(kNext.size()) + "\r\n\r\n" + kNext);
   EXPECT_THAT(answer, StartsWith("HTTP/1.1 400")) << answer;
   EXPECT_THAT(answer,
               HasSubstr("whitespace between the header field 'Content-Length' and its colon"));
@@ -194,14 +162,14 @@ TEST(BoundedServerFramingTest, MalformedHeadsAreRefusedAndClosed) {
       {"NUL in target", std::string("GET /heal\0thz HTTP/1.1\r\nHost: x\r\n\r\n", 35), 400},
   };
   for (const Case& c : cases) {
-    const std::string answer = Exchange(t.port(), c.head + kNext);
+    const std::string answer = RawExchange(t.port(), c.head + kNext);
     EXPECT_THAT(answer, StartsWith("HTTP/1.1 " + std::to_string(c.status)))
         << c.what << ": " << answer;
     EXPECT_THAT(answer, HasSubstr("Connection: close")) << c.what;
     EXPECT_EQ(Responses(answer), 1u) << c.what << ": " << answer;
   }
   // Well-formed ones keep their connection: two answers on one.
-  const std::string two = Exchange(
+  const std::string two = RawExchange(
       t.port(),
       "\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"
       "GET /items/2 HTTP/1.0\r\n\r\n");
@@ -215,7 +183,8 @@ TEST(BoundedServerFramingTest, AnUnreadBodyIsNotTheNextRequest) {
   for (const std::string& framing :
        {"Content-Length: " + std::to_string(kNext.size()) + "\r\n\r\n" + kNext,
         "Transfer-Encoding: chunked\r\n\r\n" + kNext}) {
-    const std::string answer = Exchange(t.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n" + framing);
+    const std::string answer =
+        RawExchange(t.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n" + framing);
     EXPECT_THAT(answer, StartsWith("HTTP/1.1 200")) << answer;
     EXPECT_EQ(Responses(answer), 1u) << framing << answer;
   }
@@ -230,14 +199,14 @@ TEST(BoundedServerFramingTest, ChunkedBodiesAreFramedStrictly) {
        {std::string("0x5\r\nhello\r\n0\r\n\r\n"), std::string("5garbage\r\nhello\r\n0\r\n\r\n"),
         std::string("-5\r\nhello\r\n0\r\n\r\n"), std::string("5\nhello\r\n0\r\n\r\n"),
         std::string("5\r\nhelloXX0\r\n\r\n"), std::string("5 x\r\nhello\r\n0\r\n\r\n")}) {
-    const std::string answer = Exchange(t.port(), head + body + kNext);
+    const std::string answer = RawExchange(t.port(), head + body + kNext);
     EXPECT_THAT(answer, StartsWith("HTTP/1.1 400")) << body << answer;
     EXPECT_EQ(Responses(answer), 1u) << body << answer;
   }
   // Well-framed, with an extension and whitespace: read, and the connection kept.
   const std::string ok =
-      Exchange(t.port(), head + "5 ;a=b\r\nhello\r\nA\r\n0123456789\r\n0\r\n\r\n" +
-                             "GET /items/99 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+      RawExchange(t.port(), head + "5 ;a=b\r\nhello\r\nA\r\n0123456789\r\n0\r\n\r\n" +
+                                "GET /items/99 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_THAT(ok, StartsWith("HTTP/1.1 200")) << ok;
   EXPECT_THAT(ok, HasSubstr("\r\n\r\n15HTTP/1.1 200")) << ok;
   EXPECT_EQ(Responses(ok), 2u) << ok;
@@ -250,7 +219,7 @@ TEST(BoundedServerFramingTest, RefusedHeadsAreLogged) {
       if (res.status == 400 && req.path == "/healthz") ++logged;
     });
   });
-  Exchange(t.port(), "GET /healthz HTTP/1.1\r\n\r\n");
+  RawExchange(t.port(), "GET /healthz HTTP/1.1\r\n\r\n");
   EXPECT_EQ(logged.load(), 1);
 }
 
@@ -298,14 +267,14 @@ TEST(RequestHeadParserTest, ChunkedAndLimits) {
 TEST(BoundedServerRoutingTest, AbsoluteFormTargetsAreRoutedByTheirPath) {
   TestServer t;
   const std::string answer =
-      Exchange(t.port(),
-               "GET http://example.org:8080/items/7?x=1 HTTP/1.1\r\nHost: example.org\r\n"
-               "Connection: close\r\n\r\n");
+      RawExchange(t.port(),
+                  "GET http://example.org:8080/items/7?x=1 HTTP/1.1\r\nHost: example.org\r\n"
+                  "Connection: close\r\n\r\n");
   EXPECT_THAT(answer, StartsWith("HTTP/1.1 200")) << answer;
   EXPECT_THAT(answer, ::testing::EndsWith("\r\n\r\n7"));
-  const std::string root = Exchange(t.port(),
-                                    "GET HTTPS://example.org HTTP/1.1\r\nHost: example.org\r\n"
-                                    "Connection: close\r\n\r\n");
+  const std::string root = RawExchange(t.port(),
+                                       "GET HTTPS://example.org HTTP/1.1\r\nHost: example.org\r\n"
+                                       "Connection: close\r\n\r\n");
   EXPECT_THAT(root, StartsWith("HTTP/1.1 404")) << root;  // "/": no handler here
 }
 
@@ -322,18 +291,20 @@ TEST(BoundedServerRoutingTest, AKnownPathWithAnotherMethodIs405WithAllow) {
       {"OPTIONS /echo HTTP/1.1\r\nHost: x\r\n", "POST"},
   };
   for (const Case& c : cases) {
-    const std::string answer = Exchange(t.port(), c.request + "Connection: close\r\n\r\n");
+    const std::string answer = RawExchange(t.port(), c.request + "Connection: close\r\n\r\n");
     EXPECT_THAT(answer, StartsWith("HTTP/1.1 405")) << c.request << answer;
     EXPECT_THAT(answer, HasSubstr("Allow: " + c.allow + "\r\n")) << c.request << answer;
   }
-  EXPECT_THAT(Exchange(t.port(), "GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
-              StartsWith("HTTP/1.1 404"));
-  EXPECT_THAT(Exchange(t.port(), "HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
-              StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(
+      RawExchange(t.port(), "GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+      StartsWith("HTTP/1.1 404"));
+  EXPECT_THAT(
+      RawExchange(t.port(), "HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+      StartsWith("HTTP/1.1 200"));
   // A body it did not read closes the connection: it is not the next request.
   const std::string body =
-      Exchange(t.port(), "PUT /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                             std::to_string(kNext.size()) + "\r\n\r\n" + kNext);
+      RawExchange(t.port(), "PUT /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                std::to_string(kNext.size()) + "\r\n\r\n" + kNext);
   EXPECT_THAT(body, StartsWith("HTTP/1.1 405")) << body;
   EXPECT_EQ(Responses(body), 1u) << body;
 }
@@ -347,7 +318,7 @@ TEST(BoundedServerIdleTest, WaitingConnectionsHoldNoThread) {
   TestServer t(2);
   std::vector<int> fds;
   for (int i = 0; i < 25; ++i) {
-    const int fd = Connect(t.port());
+    const int fd = ConnectLoopback(t.port());
     ASSERT_GE(fd, 0);
     if (i >= 20) {
       ASSERT_TRUE(SendAll(fd, "GET /healthz HTTP/1.1\r\nHo"));
@@ -376,7 +347,7 @@ TEST(BoundedServerIdleTest, RefusedConnectionsLingerWithoutAThread) {
   TestServer t(2);
   std::vector<int> fds;
   for (int i = 0; i < 10; ++i) {
-    const int fd = Connect(t.port());
+    const int fd = ConnectLoopback(t.port());
     ASSERT_GE(fd, 0);
     ASSERT_TRUE(SendAll(fd, "GET /healthz HTTP/1.1\r\n\r\n"));  // no Host: 400
     fds.push_back(fd);
@@ -423,7 +394,7 @@ TEST(BoundedServerIdleTest, KeepAliveClientsMoveBetweenPoolAndPoller) {
 TEST(BoundedServerIdleTest, StopClosesWaitingConnections) {
   TestServer t(2);
   std::vector<int> fds;
-  for (int i = 0; i < 5; ++i) fds.push_back(Connect(t.port()));
+  for (int i = 0; i < 5; ++i) fds.push_back(ConnectLoopback(t.port()));
   ASSERT_TRUE(SendAll(fds[0], "GET / HTTP/1.1\r\n"));
   ASSERT_TRUE(t.WaitIdle(5));
   t.Stop();
@@ -438,11 +409,11 @@ TEST(BoundedServerIdleTest, PastTheMaxTheLongestWaitingIsClosed) {
   TestServer t(2, [](BoundedServer& s) { s.set_max_idle_connections(4); });
   std::vector<int> fds;
   for (int i = 0; i < 4; ++i) {
-    fds.push_back(Connect(t.port()));
+    fds.push_back(ConnectLoopback(t.port()));
     ASSERT_TRUE(t.WaitIdle(fds.size()));
   }
   for (int i = 0; i < 2; ++i) {
-    fds.push_back(Connect(t.port()));
+    fds.push_back(ConnectLoopback(t.port()));
     EXPECT_TRUE(ClosedWithin(fds[static_cast<size_t>(i)], 5000)) << i;
   }
   for (size_t i = 2; i < fds.size(); ++i) {
@@ -455,7 +426,7 @@ TEST(BoundedServerIdleTest, PastTheMaxTheLongestWaitingIsClosed) {
 
 TEST(BoundedServerIdleTest, KeepAliveEndsAfterItsTimeout) {
   TestServer t(2, [](BoundedServer& s) { s.set_keep_alive_timeout(1); });
-  const int fd = Connect(t.port());
+  const int fd = ConnectLoopback(t.port());
   ASSERT_TRUE(SendAll(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
   const auto start = std::chrono::steady_clock::now();
   const std::string answer = ReadToClose(fd);
@@ -469,7 +440,7 @@ TEST(BoundedServerIdleTest, KeepAliveEndsAfterItsTimeout) {
 TEST(BoundedServerBodyTest, ATrickledBodyIsCutOff) {
   TestServer t(2,
                [](BoundedServer& s) { s.set_body_deadline(std::chrono::milliseconds(300), 1000); });
-  const int fd = Connect(t.port());
+  const int fd = ConnectLoopback(t.port());
   ASSERT_TRUE(SendAll(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"));
   // A byte every 100 ms, each well inside the 5 s read timeout.
   bool closed = false;
@@ -480,7 +451,7 @@ TEST(BoundedServerBodyTest, ATrickledBodyIsCutOff) {
   EXPECT_TRUE(closed) << "still reading the body after " << sent << " bytes";
   ::close(fd);
   // A body at pace is read.
-  const std::string ok = Exchange(
+  const std::string ok = RawExchange(
       t.port(),
       "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 5000\r\n\r\n" +
           std::string(5000, 'y'));

@@ -5,10 +5,9 @@
 // scrapes, OpenMetrics negotiation and promtool.
 #include "metrics/exporter.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 
 #include "metrics/agent_metrics.h"
 #include "testing/kubelet/kubelet_emulator.h"
+#include "testing/support/loopback.h"
 #include "tests/metrics/exposition.h"
 #include "tests/metrics/metrics_test_util.h"
 
@@ -711,32 +711,8 @@ TEST(ExporterTest, BadOptions) {
   EXPECT_EQ(Exporter::Start(o, {}).status().code(), StatusCode::kUnavailable);
 }
 
-// Sends `head`, then up to `filler` bytes of 'a' while the server takes them,
-// and returns what came back before the server closed.
-std::string Exchange(int port, const std::string& head, size_t filler) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
-  const std::string piece(16 * 1024, 'a');
-  for (size_t sent = 0; sent < filler;) {
-    const ssize_t n = ::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  std::string answer;
-  char buf[4096];
-  ssize_t n = 0;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return answer;
-}
+using danqing::testing::ConnectLoopback;
+using danqing::testing::RawExchange;
 
 // The agent's port is reachable from the pod network, and the agent has a
 // 128 MiB memory limit: a request line without a newline, or a body, must
@@ -747,10 +723,11 @@ TEST(ExporterTest, OverlongRequestsAndBodiesAreRefusedUnread) {
   auto ex = Exporter::Start(o, {});
   ASSERT_TRUE(ex.ok());
   const int port = (*ex)->port();
-  EXPECT_THAT(Exchange(port, "GET /", 8u << 20), ::testing::StartsWith("HTTP/1.1 431"));
-  const std::string post = Exchange(port, "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 1u << 20);
+  EXPECT_THAT(RawExchange(port, "GET /", 8u << 20), ::testing::StartsWith("HTTP/1.1 431"));
+  const std::string post = RawExchange(port, "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 1u << 20);
   EXPECT_THAT(post, ::testing::StartsWith("HTTP/1.1 411")) << post.substr(0, 200);
-  const std::string body = Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", 0);
+  const std::string body =
+      RawExchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", 0);
   EXPECT_THAT(body, ::testing::StartsWith("HTTP/1.1 400")) << body.substr(0, 200);  // a GET takes none
   EXPECT_THAT(body, HasSubstr("takes no body"));
   EXPECT_EQ(test::Get(port).status, 200) << "still serving";
@@ -767,13 +744,8 @@ TEST(ExporterTest, ProbesAreAnsweredWhileIdleConnectionsWait) {
   const int port = (*ex)->port();
   std::vector<int> idle;
   for (int i = 0; i < 16; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int fd = ConnectLoopback(port);
     ASSERT_GE(fd, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
     if (i >= 12) {
       const std::string half = "GET /healthz HTTP/1.1\r\nHo";
       ASSERT_EQ(::send(fd, half.data(), half.size(), MSG_NOSIGNAL),
@@ -791,7 +763,7 @@ TEST(ExporterTest, ProbesAreAnsweredWhileIdleConnectionsWait) {
   }
   // A known path with another method: 405, naming the methods it has.
   const std::string options =
-      Exchange(port, "OPTIONS /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 0);
+      RawExchange(port, "OPTIONS /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 0);
   EXPECT_THAT(options, ::testing::StartsWith("HTTP/1.1 405")) << options;
   EXPECT_THAT(options, HasSubstr("Allow: GET, HEAD\r\n"));
   for (int fd : idle) ::close(fd);

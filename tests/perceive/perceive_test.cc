@@ -1,12 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "image/image.h"
 #include "perceive/perceiver.h"
+#include "testing/support/fifo.h"
 
 namespace danqing::perceive {
 namespace {
@@ -142,6 +144,25 @@ TEST(CvPerceiverTest, MissingCascadesAreUnavailable) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(p.status().message().find("opencv-data"), std::string::npos);
+}
+
+// `danqing serve --cascade-dir` loads with SIGTERM blocked, and OpenCV opens
+// the files itself: a FIFO in place of a cascade is refused, not waited on.
+TEST(CvPerceiverTest, AFifoInPlaceOfACascadeIsRefusedWithoutWaiting) {
+  // Debian's layout: the Haar directory, the LBP one beside it.
+  const std::string dir = ::testing::TempDir() + "/fifo_cascades";
+  std::filesystem::create_directories(dir + "/haarcascades");
+  std::filesystem::create_directories(dir + "/lbpcascades");
+  danqing::testing::FifoGuard face(dir + "/lbpcascades/lbpcascade_frontalface.xml");
+  danqing::testing::FifoGuard cat(dir + "/haarcascades/haarcascade_frontalcatface.xml");
+  ASSERT_TRUE(face.made() && cat.made());
+  auto p = CreateCvPerceiver({.cascade_dir = dir + "/haarcascades"});
+  EXPECT_TRUE(face.Done() && cat.Done()) << "loading the cascades blocked on a FIFO";
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(p.status().message().find("not a regular file"), std::string::npos)
+      << p.status().message();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ScoreThemesTest, EveryThemeScoredOnceInOrder) {

@@ -50,6 +50,23 @@ TEST(RenderCliTest, WritesPngAndJpeg) {
   std::filesystem::remove(jpg);
 }
 
+// What a user types reaches the renderer as given: malformed UTF-8 or an
+// unbounded title is refused with exit 2, naming the field, and no file.
+TEST(RenderCliTest, MalformedOrOversizedTextIsRefused) {
+  const std::string out = testing::TempDir() + "/cli_bad_text.png";
+  for (const auto& [args, says] :
+       {std::pair<std::string, std::string>{"--text 山 --title \"$(printf '\\377')\"",
+                                            "title is not valid UTF-8 (at byte 0)"},
+        {"--text \"$(printf '\\345\\261')\"", "text is not valid UTF-8 (at byte 0)"},
+        {"--text 山 --signature \"$(head -c 2000 /dev/zero | tr '\\0' a)\"",
+         "signature is 2000 bytes, longer than 1024"}}) {
+    auto [rc, text] = RunCliOutput("", "render " + args + " --size 200x120 -o " + out);
+    EXPECT_EQ(rc, 2) << args << ": " << text;
+    EXPECT_NE(text.find(says), std::string::npos) << args << ": " << text;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
+  }
+}
+
 TEST(RenderCliTest, BackendFlag) {
   const std::string out = testing::TempDir() + "/cli_backend.png";
   auto [rc, text] = RunCliOutput("", "render --text 山水 --size 200x120 --backend cpu -o " + out);

@@ -15,6 +15,7 @@
 #include "render/passes.h"
 #include "render/renderer.h"
 #include "render/stroke_data.h"
+#include "testing/support/fifo.h"
 #include "testing/support/render_fixtures.h"
 
 namespace danqing::render {
@@ -163,7 +164,7 @@ TEST(StrokeDataTest, BadFilesAreClearErrors) {
   auto missing = StrokeData::Open("/nonexistent/strokes.bin");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  std::string tmp = testing::TempDir() + "/bad_strokes.bin";
+  std::string tmp = ::testing::TempDir() + "/bad_strokes.bin";
   {
     std::ofstream f(tmp, std::ios::binary);
     f << "this is not a strokes file at all";
@@ -181,6 +182,20 @@ TEST(StrokeDataTest, BadFilesAreClearErrors) {
   std::remove(tmp.c_str());
   auto r = Renderer::Create({"/nonexistent/strokes.bin", "", false});
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+// `danqing serve --strokes` loads with SIGTERM blocked: a FIFO there must be
+// refused at once, not wait for a writer that never comes.
+TEST(StrokeDataTest, AFifoIsRefusedWithoutWaitingForAWriter) {
+  danqing::testing::FifoGuard fifo(::testing::TempDir() + "/strokes.fifo");
+  ASSERT_TRUE(fifo.made());
+  auto sd = StrokeData::Open(fifo.path());
+  EXPECT_TRUE(fifo.Done()) << "StrokeData::Open blocked on the FIFO";
+  ASSERT_FALSE(sd.ok());
+  EXPECT_EQ(sd.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(sd.status().message().find("not a regular file"), std::string::npos)
+      << sd.status().message();
+  std::remove(fifo.path().c_str());
 }
 
 TEST(StyleTest, NamesRoundTrip) {
@@ -420,9 +435,31 @@ TEST_F(RenderTest, OddInputsGiveImagesOrClearErrors) {
   auto empty = renderer_->Render({}, o, &stats);
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(stats.characters, 0);
-  // Punctuation only, invalid UTF-8.
-  EXPECT_TRUE(renderer_->Render({"，。！？\xff\xfe", "", "", ""}, o, &stats).ok());
+  // Punctuation only.
+  EXPECT_TRUE(renderer_->Render({"，。！？", "", "", ""}, o, &stats).ok());
   EXPECT_EQ(stats.characters, 0);
+  // Malformed UTF-8 in any field, or a field past its bound: refused, naming
+  // the field (and the byte) before any work.
+  for (const auto& [text, field] :
+       {std::pair{Inscription{"，\xff\xfe", "", "", ""}, "text is not valid UTF-8 (at byte 3)"},
+        std::pair{Inscription{"山", "\xc0\xaf", "", ""}, "title is not valid UTF-8 (at byte 0)"},
+        std::pair{Inscription{"山", "", "某\xed\xa0\x80", ""},
+                  "signature is not valid UTF-8 (at byte 3)"},
+        std::pair{Inscription{"山", "", "", "\xe7\x94"}, "date is not valid UTF-8 (at byte 0)"},
+        std::pair{Inscription{"山", std::string(kMaxFieldBytes + 1, 'a'), "", ""},
+                  "title is 1025 bytes, longer than 1024"},
+        std::pair{Inscription{std::string(kMaxTextBytes + 1, 'a'), "", "", ""},
+                  "text is 16385 bytes, longer than 16384"}}) {
+    auto r = renderer_->Render(text, o, &stats);
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), field);
+  }
+  RenderOptions bad_seal = o;
+  bad_seal.seal_text = "\xff印";
+  auto seal = renderer_->Render({"山", "", "", ""}, bad_seal, &stats);
+  ASSERT_FALSE(seal.ok());
+  EXPECT_EQ(seal.status().message(), "seal text is not valid UTF-8 (at byte 0)");
   // Emoji: dropped and counted.
   ASSERT_TRUE(renderer_->Render({"山😀水", "", "", ""}, o, &stats).ok());
   EXPECT_EQ(stats.characters, 2);

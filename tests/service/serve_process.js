@@ -49,7 +49,7 @@ async function startServe(binary, extraArgs = []) {
     if (port !== 0) {
       try {
         const r = await get(port, '/readyz');
-        if (r.status === 200) return { port, child, exited };
+        if (r.status === 200) return {port, child, exited, log: () => log};
       } catch (e) {
         // not answering yet
       }

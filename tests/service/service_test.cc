@@ -30,6 +30,7 @@
 #include "service/metrics.h"
 #include "service/pipeline.h"
 #include "service/server.h"
+#include "testing/support/loopback.h"
 #include "verse/corpus.h"
 
 namespace danqing::service {
@@ -266,6 +267,20 @@ TEST_F(ServiceTest, PhotosGetPlausibleThemesAndAVerse) {
   }
 }
 
+// A multipart body httplib cannot parse (here: more parts than it keeps) is
+// a 400 that says what a multipart upload must look like, not "malformed".
+TEST_F(ServiceTest, AnUnreadableMultipartBodySaysWhatIsExpected) {
+  auto c = service_->Client();
+  httplib::MultipartFormDataItems items = {
+      {"image", Photo("rocket.jpg"), "rocket.jpg", "image/jpeg"}};
+  for (int i = 0; i < 1100; ++i) items.push_back({"x" + std::to_string(i), "1", "", ""});
+  auto res = c.Post("/v1/inscriptions", items);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_THAT(res->body, HasSubstr("multipart/form-data body could not be read"));
+  EXPECT_THAT(res->body, HasSubstr("at most 1024"));
+}
+
 TEST_F(ServiceTest, MultipartUploadAnswersTheImageAndKeepsItsJson) {
   auto c = service_->Client();
   httplib::MultipartFormDataItems items = {
@@ -429,7 +444,10 @@ TEST_F(ServiceTest, BadOptionsAreNamed) {
   ExpectError(PostRaw(jpeg, "&width=10"), 400, "width");
   ExpectError(PostRaw(jpeg, "&width=abc"), 400, "width");
   ExpectError(PostRaw(jpeg, "&vertical=sideways"), 400, "vertical");
-  ExpectError(PostRaw(jpeg, "&text=%F0%9F%98%80"), 400, "cannot be written");  // an emoji
+  ExpectError(PostRaw(jpeg, "&text=%F0%9F%98%80"), 400,
+              "text has characters that cannot be written: \xf0\x9f\x98\x80");  // an emoji
+  ExpectError(PostRaw(jpeg, "&title=%E5%B1%B1%F0%9F%98%80"), 400,
+              "title has characters that cannot be written: \xf0\x9f\x98\x80");
   ExpectError(PostRaw(jpeg, "&text=%E6%98%8E%FF"), 400, "UTF-8");
   ExpectError(PostRaw(jpeg, "&text=%E3%80%82%E3%80%82"), 400, "no character to write");  // 。。
   // The field and the byte a UTF-8 error is at; an empty number as an empty word.
@@ -513,41 +531,8 @@ TEST_F(ServiceTest, IdsAreRandom128Bits) {
   }
 }
 
-// A new connection to 127.0.0.1:`port`; -1 if it failed.
-int ConnectLoopback(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Sends `bytes` on a new connection to `port` and returns what comes back
-// until the server closes it (at most 10 s).
-std::string RawExchange(int port, const std::string& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string answer;
-  char buf[4096];
-  ssize_t n = 0;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return answer;
-}
+using danqing::testing::ConnectLoopback;
+using danqing::testing::RawExchange;
 
 // httplib applies the payload limit only to a declared Content-Length: a
 // chunked body it reads whole, a gzip one it inflates whole (a 1 MB upload of

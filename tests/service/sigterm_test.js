@@ -6,6 +6,7 @@
 'use strict';
 const assert = require('assert');
 const fs = require('fs');
+const net = require('net');
 const path = require('path');
 const { get, post, startServe } = require('./serve_process');
 
@@ -84,6 +85,36 @@ async function main() {
   assert(seconds < 8, `the drain timeout bounds the drain: exited ${seconds} s after SIGTERM`);
   console.log(
       `sigterm_test: drain timeout: answers ${statuses}, exit ${exit.code} after ${seconds} s`);
+
+  // A client still sending its upload at the drain timeout, fast enough for
+  // the body pace: its connection is closed then (before: the process waited
+  // for the whole upload, minutes at this pace).
+  const slow =
+      await startServe(binary, ['--workers', '1', '--drain-timeout', '1', '--drain-delay', '0']);
+  const sock = net.connect(slow.port, '127.0.0.1');
+  await new Promise((r) => sock.once('connect', r));
+  sock.on('error', () => {});
+  sock.write(
+      'POST /v1/inscriptions HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n' +
+      'Content-Length: 8000000\r\n\r\n');
+  const piece = Buffer.alloc(32 * 1024, 0x41);
+  sock.write(piece);
+  const trickle = setInterval(() => sock.write(piece), 1000);  // 32 KiB/s
+  await new Promise((r) => setTimeout(r, 1500));
+  const slowSignalled = Date.now();
+  slow.child.kill('SIGTERM');
+  const cap = setTimeout(() => clearInterval(trickle), 20000);
+  const slowExit = await slow.exited;
+  const slowSeconds = (Date.now() - slowSignalled) / 1000;
+  clearInterval(trickle);
+  clearTimeout(cap);
+  sock.destroy();
+  assert.strictEqual(slowExit.code, 0, 'nothing accepted was cut off');
+  assert(
+      slowSeconds < 6,
+      `a trickled upload cannot hold the stop: exited ${slowSeconds} s after SIGTERM`);
+  assert.match(slow.log(), /1 connection\(s\) still open at the drain timeout closed/);
+  console.log(`sigterm_test: trickled upload: exit ${slowExit.code} after ${slowSeconds} s`);
   console.log('sigterm_test: PASS');
 }
 

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "testing/support/fifo.h"
 #include "verse/corpus.h"
 #include "verse/selector.h"
 
@@ -41,6 +42,21 @@ TEST(CorpusTest, RejectsMalformedLinesWithTheirNumber) {
   EXPECT_FALSE(Corpus::Parse("1\tt\ta\t春\tl。||m。\n").ok());  // empty verse line
   EXPECT_FALSE(Corpus::Parse("# only comments\n").ok());
   EXPECT_EQ(Corpus::Load("/nonexistent/poems.tsv").status().code(), StatusCode::kNotFound);
+}
+
+// `danqing serve --verse-file` loads with SIGTERM blocked: a FIFO is refused
+// at once, and the error says which file and why.
+TEST(CorpusTest, AFifoIsRefusedWithoutWaitingForAWriter) {
+  danqing::testing::FifoGuard fifo(::testing::TempDir() + "/poems.fifo");
+  ASSERT_TRUE(fifo.made());
+  auto c = Corpus::Load(fifo.path());
+  EXPECT_TRUE(fifo.Done()) << "Corpus::Load blocked on the FIFO";
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("verse corpus " + fifo.path()), std::string::npos)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("a FIFO"), std::string::npos) << c.status().message();
+  std::remove(fifo.path().c_str());
 }
 
 TEST(CorpusTest, BundledCorpusLoadsAndIsThemed) {

@@ -154,8 +154,18 @@ Status Pipeline::Validate(const InscribeOptions& o) const {
 
 Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
                                         const InscribeOptions& o) const {
+  auto rendered = RunToCanvas(bytes, o);
+  if (!rendered.ok()) return rendered.status();
+  return Encode(std::move(rendered).value());
+}
+
+Result<Pipeline::Rendered> Pipeline::RunToCanvas(std::span<const uint8_t> bytes,
+                                                 const InscribeOptions& o) const {
   const auto start = Clock::now();
-  InscriptionResult r;
+  Rendered out;
+  out.start = start;
+  out.jpeg = ResolveFormat(o.format) == "jpeg";
+  InscriptionResult& r = out.result;
 
   auto t = Clock::now();
   double cpu = ThreadCpuMs();
@@ -235,19 +245,28 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
   r.timings.render_cpu_ms = cpu_lap();
   r.width = canvas->width;
   r.height = canvas->height;
+  out.canvas = std::move(canvas).value();
+  return out;
+}
 
-  t = Clock::now();
+Result<InscriptionResult> Pipeline::Encode(Rendered rendered) const {
+  InscriptionResult& r = rendered.result;
+  const auto t = Clock::now();
+  const double cpu = ThreadCpuMs();
   // PNG at deflate level 1: on a 1080p inscription 3-5% larger than libpng's
   // level 3 and 4x faster (docs/benchmarks.md, "Encoding").
-  const bool jpeg = ResolveFormat(o.format) == "jpeg";
-  auto encoded = jpeg ? image::EncodeJpeg(*canvas, 90) : image::EncodePng(*canvas, 1);
+  const bool jpeg = rendered.jpeg;
+  auto encoded =
+      jpeg ? image::EncodeJpeg(rendered.canvas, 90) : image::EncodePng(rendered.canvas, 1);
   if (!encoded.ok()) return encoded.status();
   r.image = std::move(encoded).value();
   r.content_type = jpeg ? "image/jpeg" : "image/png";
   r.timings.encode_ms = Ms(t);
-  r.timings.encode_cpu_ms = cpu_lap();
-  r.timings.total_ms = Ms(start);
-  return r;
+  r.timings.encode_cpu_ms = ThreadCpuMs() - cpu;
+  // From the start of the decode: includes any wait between the render
+  // worker and the thread that encodes.
+  r.timings.total_ms = Ms(rendered.start);
+  return std::move(r);
 }
 
 }  // namespace danqing::service

@@ -88,6 +88,19 @@ class Pipeline {
   Result<InscriptionResult> Run(std::span<const uint8_t> bytes,
                                 const InscribeOptions& options) const;
 
+  // Run() in two parts, so the encode can leave the render worker: every
+  // stage up to the render, then the encode (on any thread). Run() is
+  // RunToCanvas then Encode.
+  struct Rendered {
+    InscriptionResult result;  // all but the image, content type and encode times
+    image::Image canvas;
+    bool jpeg = true;
+    std::chrono::steady_clock::time_point start;  // of the decode
+  };
+  Result<Rendered> RunToCanvas(std::span<const uint8_t> bytes,
+                               const InscribeOptions& options) const;
+  Result<InscriptionResult> Encode(Rendered rendered) const;
+
   const PipelineLimits& limits() const { return limits_; }
   const InscriptionRenderer& renderer() const { return *renderer_; }
 

@@ -13,6 +13,7 @@ RenderQueue::RenderQueue(size_t workers, size_t capacity, Metrics* metrics)
     metrics_->queue_capacity = static_cast<int64_t>(capacity);
   }
   for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(); });
+  for (size_t i = 0; i < workers; ++i) finishers_.emplace_back([this] { Finish(); });
 }
 
 RenderQueue::~RenderQueue() {
@@ -26,10 +27,29 @@ RenderQueue::~RenderQueue() {
   cv_.notify_all();
   for (auto& j : left) j.expired();
   for (auto& t : threads_) t.join();
+  // The workers are gone: the finishers run every rest still queued (each
+  // answers a request), then stop.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finishers_stopping_ = true;
+  }
+  rest_cv_.notify_all();
+  for (auto& t : finishers_) t.join();
 }
 
 RenderQueue::Admit RenderQueue::Submit(std::function<void()> run, std::function<void()> expired,
                                        Clock::time_point deadline) {
+  return SubmitStaged(
+      [run = std::move(run)]() -> Rest {
+        run();
+        return nullptr;
+      },
+      std::move(expired), deadline);
+}
+
+RenderQueue::Admit RenderQueue::SubmitStaged(std::function<Rest()> run,
+                                             std::function<void()> expired,
+                                             Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return Admit::kClosed;
@@ -50,7 +70,8 @@ void RenderQueue::Close() {
 
 bool RenderQueue::WaitIdle(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return idle_cv_.wait_for(lock, timeout, [&] { return jobs_.empty() && running_ == 0; });
+  return idle_cv_.wait_for(lock, timeout,
+                           [&] { return jobs_.empty() && running_ == 0 && finishing_ == 0; });
 }
 
 size_t RenderQueue::Abandon() {
@@ -74,6 +95,11 @@ size_t RenderQueue::depth() const {
 size_t RenderQueue::in_flight() const {
   std::lock_guard<std::mutex> lock(mu_);
   return running_;
+}
+
+size_t RenderQueue::finishing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finishing_;
 }
 
 int RenderQueue::RetryAfterSeconds() const {
@@ -100,17 +126,43 @@ void RenderQueue::Work() {
     }
     const auto start = Clock::now();
     const bool expired = start >= job.deadline;
+    Rest rest;
     if (expired) {
       job.expired();
     } else {
-      job.run();
+      rest = job.run();
     }
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (rest) {
+        // Counted before the worker is: WaitIdle never sees the job nowhere.
+        rests_.push_back(std::move(rest));
+        ++finishing_;
+        rest_cv_.notify_one();
+      }
       --running_;
       if (!expired) avg_job_seconds_ = 0.8 * avg_job_seconds_ + 0.2 * secs;
       if (metrics_) metrics_->in_flight = static_cast<int64_t>(running_);
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+void RenderQueue::Finish() {
+  while (true) {
+    Rest rest;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      rest_cv_.wait(lock, [&] { return finishers_stopping_ || !rests_.empty(); });
+      if (rests_.empty()) return;  // stopping, nothing left
+      rest = std::move(rests_.front());
+      rests_.pop_front();
+    }
+    rest();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --finishing_;
     }
     idle_cv_.notify_all();
   }

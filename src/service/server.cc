@@ -459,26 +459,37 @@ void Server::Routes() {
       }
     } unregister{this, pending};
     const auto finish = [pending](Result<InscriptionResult> r) { pending->Finish(std::move(r)); };
-    const auto admit = queue_->Submit(
-        [this, raw, o, finish, start] {
+    // The stages up to the render on a render worker; the encode, the
+    // metrics and the answer on a finisher thread (RenderQueue::SubmitStaged).
+    const auto admit = queue_->SubmitStaged(
+        [this, raw, o, finish, start]() -> RenderQueue::Rest {
           const auto began = Clock::now();
-          auto r = pipeline_->Run(
+          auto rendered = pipeline_->RunToCanvas(
               std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()),
               o);
-          if (r.ok()) {
-            r->timings.queue_ms = std::chrono::duration<double, std::milli>(began - start).count();
-            const auto& t = r->timings;
-            metrics_->ObserveStage("queue", t.queue_ms / 1000);
-            metrics_->ObserveStage("decode", t.decode_ms / 1000);
-            metrics_->ObserveStage("perceive", t.perceive_ms / 1000);
-            metrics_->ObserveStage("verse", t.verse_ms / 1000);
-            metrics_->ObserveStage("render", t.render_ms / 1000);
-            metrics_->ObserveStage("encode", t.encode_ms / 1000);
-            metrics_->ObserveRender(r->render_began, r->render_ended, r->backend);
-            metrics_->renders.Add("backend=\"" + r->backend + "\",gpu_fallback=\"" +
-                                  (r->gpu_fallback ? "true" : "false") + "\"");
+          if (!rendered.ok()) {
+            finish(rendered.status());
+            return nullptr;
           }
-          finish(std::move(r));
+          auto held = std::make_shared<Pipeline::Rendered>(std::move(rendered).value());
+          return [this, held, finish, start, began] {
+            auto r = pipeline_->Encode(std::move(*held));
+            if (r.ok()) {
+              r->timings.queue_ms =
+                  std::chrono::duration<double, std::milli>(began - start).count();
+              const auto& t = r->timings;
+              metrics_->ObserveStage("queue", t.queue_ms / 1000);
+              metrics_->ObserveStage("decode", t.decode_ms / 1000);
+              metrics_->ObserveStage("perceive", t.perceive_ms / 1000);
+              metrics_->ObserveStage("verse", t.verse_ms / 1000);
+              metrics_->ObserveStage("render", t.render_ms / 1000);
+              metrics_->ObserveStage("encode", t.encode_ms / 1000);
+              metrics_->ObserveRender(r->render_began, r->render_ended, r->backend);
+              metrics_->renders.Add("backend=\"" + r->backend + "\",gpu_fallback=\"" +
+                                    (r->gpu_fallback ? "true" : "false") + "\"");
+            }
+            finish(std::move(r));
+          };
         },
         [finish] {
           finish(Status(StatusCode::kDeadlineExceeded, "the deadline passed while waiting"));

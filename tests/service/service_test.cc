@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <fstream>
 #include <future>
@@ -29,6 +30,7 @@
 #include "service/assets.h"
 #include "service/metrics.h"
 #include "service/pipeline.h"
+#include "service/render_queue.h"
 #include "service/server.h"
 #include "testing/support/loopback.h"
 #include "verse/corpus.h"
@@ -728,6 +730,75 @@ TEST(ServiceBusyWindowTest, StageSecondsOnlyGrow) {
   EXPECT_THAT(m.Render(), HasSubstr("danqing_stage_seconds_total{stage=\"decode\"} 0.75\n"));
   EXPECT_THAT(m.Render(),
               HasSubstr("danqing_inscription_stage_seconds_count{stage=\"decode\"} 3\n"));
+}
+
+// The part after the render (the encode) runs on a finisher thread: with one
+// worker, the second job renders while the first job's rest is still running;
+// WaitIdle waits for the rests too.
+TEST(RenderQueueStagedTest, TheRestLeavesTheRenderWorker) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> rested{0};
+  std::promise<void> second_rendered;
+  RenderQueue q(1, 4, nullptr);
+  const auto far = RenderQueue::Clock::now() + std::chrono::seconds(60);
+  ASSERT_EQ(q.SubmitStaged(
+                [&]() -> RenderQueue::Rest {
+                  return [&] {
+                    std::unique_lock<std::mutex> lock(mu);
+                    cv.wait(lock, [&] { return release; });
+                    ++rested;
+                  };
+                },
+                [] {}, far),
+            RenderQueue::Admit::kAccepted);
+  ASSERT_EQ(q.SubmitStaged(
+                [&]() -> RenderQueue::Rest {
+                  second_rendered.set_value();
+                  return [&] { ++rested; };
+                },
+                [] {}, far),
+            RenderQueue::Admit::kAccepted);
+  ASSERT_EQ(second_rendered.get_future().wait_for(std::chrono::seconds(20)),
+            std::future_status::ready)
+      << "the worker did not take the next job while the first one's rest ran";
+  EXPECT_FALSE(q.WaitIdle(std::chrono::milliseconds(50)));
+  EXPECT_GE(q.finishing(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(q.WaitIdle(std::chrono::seconds(20)));
+  EXPECT_EQ(rested.load(), 2);
+  EXPECT_EQ(q.finishing(), 0u);
+}
+
+// Closing the queue: jobs still waiting are expired, the rests of jobs
+// already rendered still run (each answers a request).
+TEST(RenderQueueStagedTest, DestructorRunsTheRestsLeft) {
+  std::atomic<int> rested{0}, expired{0};
+  std::promise<void> first_rendered;
+  {
+    RenderQueue q(1, 4, nullptr);
+    const auto far = RenderQueue::Clock::now() + std::chrono::seconds(60);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(q.SubmitStaged(
+                    [&, i]() -> RenderQueue::Rest {
+                      if (i == 0) first_rendered.set_value();
+                      return [&] {
+                        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                        ++rested;
+                      };
+                    },
+                    [&] { ++expired; }, far),
+                RenderQueue::Admit::kAccepted);
+    }
+    first_rendered.get_future().wait();
+  }
+  EXPECT_GE(rested.load(), 1);
+  EXPECT_EQ(rested.load() + expired.load(), 3);
 }
 
 // What a request decodes: twice the perceiver's analysis side on the longer

@@ -61,10 +61,11 @@ json StatusJson(const std::string& id, const JobStatus& s, double rate) {
             {"state", JobStateName(s.state)},
             {"status_url", "/v1/inscriptions/" + id},
             {"events_url", "/v1/inscriptions/" + id + "/events"}};
-  if (s.state == JobState::kQueued) {
-    j["position"] = s.position;
-    if (rate > 0)
-      j["estimate_s"] = std::ceil((static_cast<double>(s.position) + 1) / rate * 10) / 10;
+  if (s.state == JobState::kQueued || s.state == JobState::kRendering) {
+    // Rendering: position 0, and the estimate is one job's time.
+    const int64_t ahead = s.state == JobState::kQueued ? s.position : 0;
+    j["position"] = ahead;
+    if (rate > 0) j["estimate_s"] = std::ceil((static_cast<double>(ahead) + 1) / rate * 10) / 10;
   }
   if (s.state == JobState::kFailed) {
     auto [code, message] = SplitReason(s.reason);

@@ -335,8 +335,11 @@ void Server::AcceptJob(const httplib::Request& req, httplib::Response& res,
       const bool full = refusal.reason == EnqueueRefusal::kQueueFull;
       metrics_->rejected.Add(full ? "reason=\"queue_full\"" : "reason=\"client_limit\"");
       auto waiting = store_->Waiting();
-      const double secs = full ? (waiting.ok() ? static_cast<double>(*waiting) : 1.0) / rate
-                               : avg_job_seconds_.load();
+      // Full: until the jobs over the bound have drained (then there is room
+      // for one more), not until the whole queue has.
+      const double over =
+          waiting.ok() ? static_cast<double>(*waiting - admission.max_waiting + 1) : 1.0;
+      const double secs = full ? std::max(1.0, over) / rate : avg_job_seconds_.load();
       res.set_header("Retry-After", std::to_string(std::max(1, static_cast<int>(std::ceil(secs)))));
       return JsonError(res, 429, refusal.message);
     }
@@ -353,13 +356,18 @@ void Server::AcceptJob(const httplib::Request& req, httplib::Response& res,
                                         std::chrono::duration<double>(wait_s));
   JobStatus status;
   status.position = ahead;
+  std::chrono::milliseconds poll{20};
   while (true) {
     auto s = store_->GetStatus(id);
     if (s.ok()) status = *s;
     if (status.state == JobState::kDone || status.state == JobState::kFailed) break;
     if (Clock::now() >= until || draining_) break;
     std::unique_lock<std::mutex> lock(done_mu_);
-    done_cv_.wait_until(lock, std::min(until, Clock::now() + std::chrono::milliseconds(50)));
+    // Woken at once by a job finished here; a job finished by another
+    // replica is seen at the next poll (backing off to 250 ms, so that many
+    // waiters do not flood the store).
+    done_cv_.wait_until(lock, std::min(until, Clock::now() + poll));
+    poll = std::min(poll * 2, std::chrono::milliseconds(250));
   }
   if (status.state == JobState::kDone) {
     auto r = store_->GetResult(id);

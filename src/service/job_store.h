@@ -132,6 +132,10 @@ class JobStore {
   // Jobs finished (done or failed) per second across every replica, over the
   // last minute; 0 when none finished yet.
   virtual Result<double> DrainRate() = 0;
+  // Replicas claiming from this store now (each polls at least every
+  // second); 1 for the in-process store. For admission before any job has
+  // finished (no drain rate measured yet).
+  virtual Result<int64_t> ActiveReplicas() { return int64_t{1}; }
   // OK when the server answers.
   virtual Status Ping() = 0;
   // A short name for logs and /readyz: "in-process", "redis".

@@ -246,6 +246,11 @@ class RedisJobStore final : public JobStore {
       return conn.status();
     }
     Context c = std::move(conn).value();
+    // The heartbeat that ActiveReplicas counts.
+    if (auto hb = Command(c, {"ZADD", ns_ + ":replicas", std::to_string(NowMs()), consumer_});
+        !hb.ok()) {
+      return hb.status();
+    }
     // Jobs whose worker did not finish within the claim timeout, first.
     const std::string key = ns_ + ":jobs";
     auto r = Command(c, {"XAUTOCLAIM", key, "workers", consumer_,
@@ -410,6 +415,17 @@ class RedisJobStore final : public JobStore {
     const double first = std::strtod(Str((*r)->element[1]).c_str(), nullptr);
     const double span = (static_cast<double>(now) - first) / 1000.0;
     return span <= 0.05 ? 0.0 : static_cast<double>((*n)->integer - 1) / span;
+  }
+
+  Result<int64_t> ActiveReplicas() override {
+    // Replicas whose claim loop beat within the last 3 s (it beats at
+    // every Claim, at least every 500 ms while it waits).
+    const int64_t now = NowMs();
+    (void)Run({"ZREMRANGEBYSCORE", ns_ + ":replicas", "-inf", std::to_string(now - 60000)});
+    auto r = Run({"ZCOUNT", ns_ + ":replicas", std::to_string(now - 3000), "+inf"});
+    if (!r.ok()) return r.status();
+    if ((*r)->type != REDIS_REPLY_INTEGER) return Internal("redis: unexpected ZCOUNT answer");
+    return std::max<int64_t>(1, (*r)->integer);
   }
 
   Status Ping() override {

@@ -12,6 +12,7 @@
 //   <ns>:client:<hex>   unfinished jobs of one client
 //   <ns>:recent         the newest finished ids; <ns>:finished (zset) finish times
 //   <ns>:events         PUBLISH channel: an id whose job finished
+//   <ns>:replicas       zset: each claim loop's last beat (ActiveReplicas)
 // Admission, claim and finish are each one Lua script, so concurrent
 // replicas see them whole. Ids are validated (32 hex) and client keys are
 // hex-encoded before they reach a key: nothing from a request names a key.

@@ -321,7 +321,14 @@ void Server::AcceptJob(const httplib::Request& req, httplib::Response& res,
   // Admission: the shared queue may hold what the cluster finishes within
   // the deadline, at the measured drain rate (at least this replica's own).
   auto measured = store_->DrainRate();
-  const double rate = std::max(measured.ok() ? *measured : 0.0, LocalRate());
+  double rate = measured.ok() ? *measured : 0.0;
+  if (rate <= 0) {
+    // Nothing finished yet (a cold start): every live replica's workers at
+    // this replica's mean job time.
+    auto replicas = store_->ActiveReplicas();
+    rate = LocalRate() * static_cast<double>(replicas.ok() ? *replicas : 1);
+  }
+  rate = std::max(rate, LocalRate());
   Admission admission;
   admission.max_waiting = std::max<int64_t>(static_cast<int64_t>(queue_->capacity()),
                                             static_cast<int64_t>(std::floor(rate * deadline_s)));

@@ -356,6 +356,18 @@ TEST(RedisJobStoreTest, ARestartWithAofLosesNoAcceptedJob) {
   for (int i = 0; i < 20; ++i) EXPECT_EQ(s->GetStatus(Id(i))->state, JobState::kDone) << i;
 }
 
+TEST(RedisJobStoreTest, ActiveReplicasCountsConsumersThatReadRecently) {
+  danqing::testing::RedisServer redis;
+  ASSERT_TRUE(redis.Start());
+  auto a = NewRedisJobStore(*ParseRedisUrl(redis.url()), {}, "danqing", "replica-a");
+  auto b = NewRedisJobStore(*ParseRedisUrl(redis.url()), {}, "danqing", "replica-b");
+  ASSERT_TRUE(a->Claim(std::chrono::milliseconds(10)).ok());
+  EXPECT_EQ(*a->ActiveReplicas(), 1);
+  ASSERT_TRUE(b->Claim(std::chrono::milliseconds(10)).ok());
+  EXPECT_EQ(*a->ActiveReplicas(), 2);
+  EXPECT_EQ(*NewInProcessJobStore({})->ActiveReplicas(), 1);
+}
+
 TEST(RedisJobStoreTest, CorruptAndOversizeEntriesAreErrorsNotCrashes) {
   danqing::testing::RedisServer redis;
   ASSERT_TRUE(redis.Start());

@@ -21,6 +21,9 @@ PACKAGES=(
   chromium wrk
   # metrics: a real Prometheus for the integration test
   prometheus
+  # the shared queue and store (danqing serve --redis): Redis, its C client,
+  # QR codes for results, and a round-robin proxy for the multi-replica test
+  redis-server libhiredis-dev libqrencode-dev haproxy
 )
 
 missing=()

@@ -23,6 +23,7 @@
 #include "service/inscription_renderer.h"
 #include "service/metrics.h"
 #include "service/pipeline.h"
+#include "service/redis_job_store.h"
 #include "service/server.h"
 #include "verse/corpus.h"
 #include "verse/selector.h"
@@ -49,6 +50,16 @@ struct ServeFlags {
   std::string strokes;
   std::string font;
   std::string backend;
+  // The shared queue and store (docs/service.md, "One queue for every replica").
+  std::string redis;
+  std::string redis_namespace = "danqing";
+  int result_ttl_s = 24 * 3600;
+  double max_result_mb = 32;
+  double store_memory_mb = 512;  // the in-process store
+  int claim_timeout_s = 60;
+  int jobs_per_client = 4;
+  size_t event_streams = 16;
+  bool trust_forwarded_for = false;
 };
 
 int Fail(const Status& st) {
@@ -102,6 +113,33 @@ int RunServe(const ServeFlags& f) {
   options.read_timeout = std::chrono::seconds(f.read_timeout_s);
   options.write_timeout = std::chrono::seconds(f.read_timeout_s);
   options.http_threads = f.http_threads;
+  options.job_store_options.ttl = std::chrono::seconds(f.result_ttl_s);
+  options.job_store_options.max_entry_bytes = static_cast<size_t>(f.max_result_mb * 1024 * 1024);
+  options.job_store_options.max_total_bytes = static_cast<size_t>(f.store_memory_mb * 1024 * 1024);
+  options.job_store_options.claim_timeout = std::chrono::seconds(f.claim_timeout_s);
+  options.max_jobs_per_client = f.jobs_per_client;
+  options.max_event_streams = f.event_streams;
+  options.trust_forwarded_for = f.trust_forwarded_for;
+  if (!f.redis.empty()) {
+    auto endpoint = service::ParseRedisUrl(f.redis);
+    if (!endpoint.ok()) return Fail(endpoint.status());
+    if (f.redis_namespace.empty() ||
+        f.redis_namespace.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_.") !=
+            std::string::npos) {
+      return Fail(
+          InvalidArgument("--redis-namespace must be lower-case letters, digits, '-', '_' or '.'"));
+    }
+    options.job_store = std::shared_ptr<service::JobStore>(
+        service::NewRedisJobStore(*endpoint, options.job_store_options, f.redis_namespace));
+    // Unreachable at start is not fatal: uploads get 503 and /readyz fails
+    // until it answers.
+    if (auto st = options.job_store->Ping(); !st.ok()) {
+      spdlog::warn("danqing serve: {}; uploads are refused until it answers", st.message());
+    } else {
+      spdlog::info("danqing serve: shared queue and store at {}:{} (namespace {})", endpoint->host,
+                   endpoint->port, f.redis_namespace);
+    }
+  }
   service::Server server(options, &pipeline, &metrics);
   if (auto st = server.Start(); !st.ok()) return Fail(st);
   spdlog::info("danqing serve: {} poems, perceiver {}, backend {}; open http://localhost:{}/",
@@ -206,6 +244,36 @@ void RegisterServeCommand(CLI::App& app) {
   cmd->add_option("--font", flags->font, "Fallback Kai font (default: the renderer's)");
   cmd->add_option("--backend", flags->backend,
                   "Render backend: auto, cpu or gpu (default: $DANQING_RENDER_BACKEND, else auto)");
+  cmd->add_option("--redis", flags->redis,
+                  "Shared queue and store for every replica: redis://[:password@]host[:port][/db] "
+                  "(default: in-process) [env DANQING_REDIS]")
+      ->envname("DANQING_REDIS");
+  cmd->add_option("--redis-namespace", flags->redis_namespace, "Prefix of every Redis key")
+      ->capture_default_str();
+  cmd->add_option("--result-ttl", flags->result_ttl_s, "Seconds a result is kept")
+      ->capture_default_str()
+      ->check(CLI::Range(60, 30 * 24 * 3600));
+  cmd->add_option("--max-result-mb", flags->max_result_mb, "Largest stored result (image + JSON)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 512.0));
+  cmd->add_option("--store-memory-mb", flags->store_memory_mb,
+                  "Results kept in memory together, without --redis (oldest dropped first)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1024.0 * 1024));
+  cmd->add_option("--claim-timeout", flags->claim_timeout_s,
+                  "Seconds after which a claimed, unfinished job is taken by another worker")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--jobs-per-client", flags->jobs_per_client,
+                  "Unfinished inscriptions one visitor may hold (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--event-streams", flags->event_streams,
+                  "Server-sent event streams open at once (each holds an HTTP thread)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{4096}));
+  cmd->add_flag("--trust-forwarded-for", flags->trust_forwarded_for,
+                "Take the visitor's address from the last X-Forwarded-For hop (behind a proxy)");
   cmd->callback([flags] {
     const int rc = RunServe(*flags);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -30,11 +30,18 @@ thread_local std::optional<Clock::time_point> t_request_start;
 std::string RouteOf(const std::string& path) {
   if (path == "/v1/inscriptions") return "/v1/inscriptions";
   if (path.rfind("/v1/inscriptions/", 0) == 0) {
-    return path.size() > 6 && path.compare(path.size() - 6, 6, "/image") == 0
-               ? "/v1/inscriptions/{id}/image"
-               : "/v1/inscriptions/{id}";
+    for (const char* tail : {"/image", "/events", "/qr"}) {
+      const size_t n = std::strlen(tail);
+      if (path.size() > n && path.compare(path.size() - n, n, tail) == 0) {
+        return "/v1/inscriptions/{id}" + std::string(tail);
+      }
+    }
+    return "/v1/inscriptions/{id}";
   }
-  if (path == "/" || path == "/healthz" || path == "/readyz" || path == "/metrics") return path;
+  if (path.rfind("/i/", 0) == 0) return "/i/{id}";
+  if (path == "/" || path == "/wall" || path == "/v1/wall" || path == "/healthz" ||
+      path == "/readyz" || path == "/metrics")
+    return path;
   return "other";
 }
 
@@ -245,6 +252,9 @@ Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics
   const size_t workers = options_.workers ? options_.workers : AvailableCpus();
   const size_t capacity = options_.queue_capacity ? options_.queue_capacity : 2 * workers;
   queue_ = std::make_unique<RenderQueue>(workers, capacity, metrics_);
+  store_ = options_.job_store
+               ? options_.job_store
+               : std::shared_ptr<JobStore>(NewInProcessJobStore(options_.job_store_options));
   http_ = std::make_unique<http::BoundedServer>(64 * 1024, options_.header_deadline);
   Routes();
 }
@@ -341,7 +351,7 @@ void Server::Routes() {
     if (start) metrics_->request_seconds.Observe(route, secs);
     if (start && route == "/v1/inscriptions" && req.method == "POST") {
       const int c = res.status;
-      const char* outcome = c == 200               ? "ok"
+      const char* outcome = c == 200 || c == 202   ? "ok"
                             : c == 429 || c == 503 ? "refused"
                             : c < 500              ? "client_error"
                                                    : "error";
@@ -369,23 +379,8 @@ void Server::Routes() {
     res.set_content(std::string(IndexHtml()), "text/html; charset=utf-8");
   });
   ProbeRoutes(s);
-  s.Get(R"(/v1/inscriptions/([0-9a-f]{32}))",
-        [this](const httplib::Request& req, httplib::Response& res) {
-          auto stored = Find(req.matches[1]);
-          if (!stored) return Error(res, 404, "no recent inscription with this id");
-          res.set_content(stored->json, "application/json");
-        });
-  s.Get(R"(/v1/inscriptions/([0-9a-f]{32})/image)", [this](const httplib::Request& req,
-                                                           httplib::Response& res) {
-    auto stored = Find(req.matches[1]);
-    if (!stored) return Error(res, 404, "no recent inscription with this id");
-    if (req.has_param("download") && Flag(req.get_param_value("download")).value_or(true)) {
-      const char* ext = stored->content_type == "image/jpeg" ? "jpg" : "png";
-      res.set_header("Content-Disposition", "attachment; filename=\"danqing-" +
-                                                std::string(req.matches[1]) + "." + ext + "\"");
-    }
-    res.set_content(stored->image, stored->content_type.c_str());
-  });
+  // GET /v1/inscriptions/{id}[/image|/events|/qr], /wall (server_jobs.cc).
+  JobRoutes();
   s.Post("/v1/inscriptions", [this](const httplib::Request& req, httplib::Response& res) {
     const auto start = Clock::now();
     const auto deadline = start + options_.deadline;
@@ -442,6 +437,8 @@ void Server::Routes() {
       metrics_->rejected.Add(too_large ? "reason=\"too_large\"" : "reason=\"bad_image\"");
       return Error(res, not_image ? 415 : HttpCode(header.status()), header.status().message());
     }
+    // Through the shared queue (always with --redis; else when asked).
+    if (UsesJobs(req)) return AcceptJob(req, res, o, raw);
 
     // Hand the work to a render worker and wait for it, at most until the
     // deadline (or until a drain that ran out of time cuts it off).
@@ -566,13 +563,16 @@ void Server::ProbeRoutes(http::BoundedServer& s) {
     if (not_ready_) {
       res.status = 503;
       res.set_content("draining\n", "text/plain");
+    } else if (Status st = StoreHealth(); !st.ok()) {
+      res.status = 503;
+      res.set_content("the job store is unavailable: " + st.message() + "\n", "text/plain");
     } else {
       res.set_content("ready\n", "text/plain");
     }
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     metrics_->gpu_lost = pipeline_->renderer().GpuLost().empty() ? 0 : 1;
-    res.set_content(metrics_->Render(), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(metrics_->Render() + JobMetrics(), "text/plain; version=0.0.4; charset=utf-8");
   });
 }
 
@@ -628,6 +628,7 @@ Status Server::Start() {
     probe_listener_ = std::thread([this] { probe_http_->listen_after_bind(); });
     spdlog::info("probes (/healthz /readyz /metrics) also on http://{}:{}", UrlHost(options_.host), probe_port_);
   }
+  StartJobs();
   listener_ = std::thread([this] { http_->listen_after_bind(); });
   // httplib's stop() does nothing to a server whose listener has not begun
   // (a SIGTERM just after start would then wait forever in Stop): return
@@ -649,6 +650,7 @@ void Server::StopReady() {
 bool Server::Drain(std::chrono::milliseconds timeout) {
   StopReady();
   draining_ = true;
+  StopJobs();  // no more claims; claimed jobs finish on the queue
   queue_->Close();
   spdlog::info("draining: {} waiting, {} rendering", queue_->depth(), queue_->in_flight());
   if (queue_->WaitIdle(timeout)) return true;
@@ -673,6 +675,7 @@ void Server::CutOffPending() {
 }
 
 void Server::Stop(std::chrono::milliseconds grace) {
+  StopJobs();
   if (http_) {
     http_->set_stop_grace(grace);
     http_->stop();

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -35,6 +36,7 @@
 #include <thread>
 
 #include "common/status.h"
+#include "service/job_store.h"
 #include "service/metrics.h"
 #include "service/pipeline.h"
 #include "service/render_queue.h"
@@ -42,6 +44,10 @@
 namespace danqing::http {
 class BoundedServer;
 }
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace danqing::service {
 
@@ -77,6 +83,17 @@ struct ServerOptions {
   // or clients that stall on purpose) hold every thread of the main port.
   // -1: none; 0: any free port (see Server::probe_port()).
   int probe_port = -1;
+
+  // The shared queue and store (job_store.h, server_jobs.cc). Given (`--redis`):
+  // every upload goes through it, and every replica reads its results. Null:
+  // an in-process one, used by uploads that ask for an asynchronous answer
+  // (`?wait=N` or `Prefer: respond-async`); the others are answered as before.
+  std::shared_ptr<JobStore> job_store;
+  JobStoreOptions job_store_options;  // for the in-process store
+  int max_jobs_per_client = 4;        // unfinished jobs per visitor (0: no bound)
+  size_t max_event_streams = 16;      // SSE streams open at once (each holds a thread)
+  // The visitor is the last X-Forwarded-For hop (set behind a proxy that adds it).
+  bool trust_forwarded_for = false;
 };
 
 class Server {
@@ -120,6 +137,21 @@ class Server {
     std::string content_type;
   };
   void Routes();
+  // server_jobs.cc: the job routes, the claim loop and their metrics.
+  void JobRoutes();
+  void StartJobs();
+  void StopJobs();
+  void ClaimLoop();
+  void RunClaimed(ClaimedJob job);
+  // Queues an upload that passed its checks and answers 202, or waits for it
+  // (`?wait=N`) and answers like the synchronous path.
+  void AcceptJob(const httplib::Request& req, httplib::Response& res, const InscribeOptions& o,
+                 std::shared_ptr<const std::string> photo);
+  bool UsesJobs(const httplib::Request& req) const;
+  // OK, or why the store cannot take uploads (for /readyz and 503s).
+  Status StoreHealth();
+  std::string JobMetrics();
+  double LocalRate() const;
   void ProbeRoutes(http::BoundedServer& s);
   void Store(const std::string& id, std::shared_ptr<const Stored> stored);
   std::shared_ptr<const Stored> Find(const std::string& id) const;
@@ -128,6 +160,17 @@ class Server {
   void CutOffPending();
 
   const ServerOptions options_;
+  std::shared_ptr<JobStore> store_;
+  std::thread claimer_;
+  std::atomic<bool> stop_claims_{false};
+  std::mutex slots_mu_;
+  std::condition_variable slots_cv_;  // a claimed job finished, or stopping
+  size_t busy_slots_ = 0;             // guarded by slots_mu_: claimed jobs not yet finished
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;  // a job finished here
+  std::atomic<double> avg_job_seconds_{1.0};
+  std::atomic<size_t> event_streams_{0};
+  std::atomic<uint64_t> jobs_done_{0}, jobs_failed_{0}, jobs_reclaimed_{0};
   const Pipeline* const pipeline_;
   Metrics* const metrics_;
   std::unique_ptr<RenderQueue> queue_;

@@ -42,6 +42,66 @@ async function main() {
     const head = fs.readFileSync(file).subarray(0, 3);
     assert.deepStrictEqual([...head], [0xff, 0xd8, 0xff], 'a JPEG was downloaded (format=auto)');
 
+    // The address is the inscription's own (/i/<id>): a reload shows it
+    // again, with its short address and QR code.
+    assert.match(page.url(), /\/i\/[0-9a-f]{32}$/);
+    const id = /\/i\/([0-9a-f]{32})$/.exec(page.url())[1];
+    await page.reload();
+    await page.waitForSelector('#result', {state: 'visible', timeout: 30000});
+    assert.strictEqual(
+        (await page.textContent('#verse')).trim(), verse, 'the same verse after a reload');
+    assert.match(await page.textContent('#shareurl'), new RegExp('/i/' + id + '$'));
+    const qr = await page.$eval('#qr', (img) => img.naturalWidth);
+    assert.ok(qr > 0, 'the QR code loaded');
+
+    // A 429 (the shared queue full) is retried after its Retry-After, and the
+    // position in the queue is shown while the job waits.
+    let refused = 0;
+    await page.route('**/v1/inscriptions?*', (route) => {
+      if (route.request().method() === 'POST' && refused === 0) {
+        refused++;
+        return route.fulfill({
+          status: 429,
+          headers: {'Retry-After': '1', 'Content-Type': 'application/json'},
+          body: JSON.stringify({
+            error:
+                'the shared queue holds 12 inscriptions, more than can be finished within the deadline',
+            status: 429
+          }),
+        });
+      }
+      return route.continue();
+    });
+    await page.route('**/events', (route) => {
+      const jobId = /inscriptions\/([0-9a-f]{32})\/events/.exec(route.request().url())[1];
+      const ev = {id: jobId, state: 'queued', position: 2, estimate_s: 3};
+      return route.fulfill({
+        status: 200,
+        headers: {'Content-Type': 'text/event-stream'},
+        body: 'event: status\ndata: ' + JSON.stringify(ev) + '\n\n'
+      });
+    });
+    await page.setInputFiles('#photo', path.join(ROOT, 'tests', 'data', 'photos', 'coffee.jpg'));
+    await page.click('#go');
+    await page.waitForFunction(
+        () => /retrying in/.test(document.getElementById('status').textContent), null,
+        {timeout: 10000});
+    await page.waitForFunction(
+        () => /Position 3 in the queue/.test(document.getElementById('status').textContent), null,
+        {timeout: 20000});
+    await page.waitForFunction(
+        () => /Done/.test(document.getElementById('status').textContent), null, {timeout: 60000});
+    assert.strictEqual(refused, 1);
+    assert.notStrictEqual(/\/i\/([0-9a-f]{32})$/.exec(page.url())[1], id, 'a new inscription');
+    await page.unroute('**/v1/inscriptions?*');
+    await page.unroute('**/events');
+
+    // The wall shows the newest inscriptions.
+    const wall = await browser.newPage();
+    await wall.goto(`http://127.0.0.1:${svc.port}/wall`);
+    await wall.waitForSelector(`figure[data-id="${id}"] img`, {timeout: 10000});
+    await wall.close();
+
     // A non-image is refused with a message on the page, not a broken image.
     fs.writeFileSync('/tmp/danqing-web-test-not-an-image.jpg', 'not an image');
     await page.setInputFiles('#photo', '/tmp/danqing-web-test-not-an-image.jpg');

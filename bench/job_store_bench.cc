@@ -1,0 +1,96 @@
+// The shared queue's overhead per job (enqueue + claim + store + the
+// waiter's status read), in-process and on a real redis-server on loopback
+// (testing/cluster/start-redis.sh: AOF, fsync always), with a real 1080p
+// inscription as the result; and Redis's memory per stored inscription.
+//   build/default/bench/job_store_bench [jobs] [result.jpg] [photo.jpg]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "service/job_store.h"
+#include "service/redis_job_store.h"
+#include "testing/cluster/redis_server.h"
+
+using namespace danqing::service;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Id(int n) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%032x", n);
+  return buf;
+}
+
+void Run(const char* name, JobStore& s, int jobs, const std::string& photo,
+         const std::string& image) {
+  std::vector<double> ms;
+  JobRequest req;
+  req.photo = photo;
+  StoredInscription out{std::string(2000, '{'), "image/jpeg", image};
+  for (int i = 0; i < jobs; ++i) {
+    const auto t0 = Clock::now();
+    if (!s.Enqueue(Id(i), "bench", req, {}, nullptr, nullptr).ok())
+      return (void)std::puts("enqueue failed");
+    auto c = s.Claim(std::chrono::milliseconds(1000));
+    if (!c.ok() || !c->has_value()) return (void)std::puts("claim failed");
+    if (!s.Complete((*c)->id, out).ok()) return (void)std::puts("complete failed");
+    auto st = s.GetStatus((*c)->id);
+    if (!st.ok() || st->state != JobState::kDone) return (void)std::puts("status failed");
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  const auto q = [&](double p) {
+    return ms[std::min(ms.size() - 1, static_cast<size_t>(p * ms.size()))];
+  };
+  std::printf(
+      "%-10s jobs %d  photo %zu B  result %zu B  per job: p50 %.3f ms  p99 %.3f ms  max %.3f ms\n",
+      name, jobs, photo.size(), image.size(), q(0.5), q(0.99), ms.back());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int jobs = argc > 1 ? std::atoi(argv[1]) : 500;
+  const std::string image = Read(argc > 2 ? argv[2] : "/tmp/i1080.jpg");
+  const std::string photo =
+      Read(argc > 3 ? argv[3] : std::string(DANQING_SOURCE_DIR) + "/tests/data/photos/coffee.jpg");
+  if (image.empty() || photo.empty()) {
+    std::fprintf(stderr, "usage: job_store_bench [jobs] [1080p result.jpg] [photo.jpg]\n");
+    return 2;
+  }
+  JobStoreOptions o;
+  auto local = NewInProcessJobStore(o);
+  Run("in-process", *local, jobs, photo, image);
+  danqing::testing::RedisServer redis;
+  if (!redis.Start()) return 1;
+  auto shared = NewRedisJobStore(*ParseRedisUrl(redis.url()), o, "danqing");
+  Run("redis", *shared, jobs, photo, image);
+  // Memory per stored inscription: the result key as Redis counts it, and
+  // used_memory over all keys (job hash, result, recent list, finish times).
+  std::printf("redis MEMORY USAGE of one result key: %s",
+              redis.Cli("MEMORY USAGE danqing:out:" + Id(0)).c_str());
+  const std::string info = redis.Cli("INFO memory");
+  const auto at = info.find("used_memory:");
+  const double used = at == std::string::npos ? 0 : std::atof(info.c_str() + at + 12);
+  std::printf("redis used_memory with %d stored inscriptions: %.1f MiB (%.0f B each, all keys)\n",
+              jobs, used / 1048576.0, used / jobs);
+  // The same with fsync once a second (up to 1 s of accepted jobs at risk on
+  // a Redis crash), to show what the per-write fsync costs on this disk.
+  redis.Cli("CONFIG SET appendfsync everysec");
+  auto relaxed = NewRedisJobStore(*ParseRedisUrl(redis.url()), o, "everysec");
+  Run("redis-1s", *relaxed, jobs, photo, image);
+  redis.Cli("CONFIG SET appendfsync always");
+  return 0;
+}

@@ -1,0 +1,50 @@
+// RedisJobStore: the JobStore every replica shares (`danqing serve --redis URL`),
+// on a real Redis server (7.0+) through hiredis.
+//
+// Keys, all under the namespace (default "danqing"):
+//   <ns>:jobs           Stream of waiting and claimed jobs (field `id`), consumer
+//                       group `workers`; an entry is acknowledged and deleted
+//                       when its job finishes
+//   <ns>:job:<id>       Hash: state, ticket, client, reason, sid (stream entry)
+//   <ns>:in:<id>        the request (EncodeJobRequest), until the job finishes
+//   <ns>:out:<id>       the result (EncodeStoredInscription), PX = TTL
+//   <ns>:seq:enq / :seq:claimed   tickets handed out / jobs taken out of line
+//   <ns>:client:<hex>   unfinished jobs of one client
+//   <ns>:recent         the newest finished ids; <ns>:finished (zset) finish times
+//   <ns>:events         PUBLISH channel: an id whose job finished
+//   <ns>:replicas       zset: each claim loop's last beat (ActiveReplicas)
+// Admission, claim and finish are each one Lua script, so concurrent
+// replicas see them whole. Ids are validated (32 hex) and client keys are
+// hex-encoded before they reach a key: nothing from a request names a key.
+//
+// Durability: an accepted job is in Redis before Enqueue returns; with
+// `appendfsync always` (deploy/, the tests) it survives a Redis restart.
+//
+// Thread-safety: every method may be called from any thread; each call takes a
+// connection from a small pool (a blocking Claim holds one for its wait).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "service/job_store.h"
+
+namespace danqing::service {
+
+struct RedisEndpoint {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string password;  // AUTH when not empty
+  int db = 0;
+};
+
+// redis://[:password@]host[:port][/db], also host:port. INVALID_ARGUMENT
+// naming what is wrong.
+Result<RedisEndpoint> ParseRedisUrl(const std::string& url);
+
+// Connects lazily: a store whose server is down is made, and its calls
+// answer UNAVAILABLE with the reason until the server answers.
+std::unique_ptr<JobStore> NewRedisJobStore(RedisEndpoint endpoint, JobStoreOptions options,
+                                           std::string ns = "danqing", std::string consumer = "");
+
+}  // namespace danqing::service

@@ -144,6 +144,26 @@ struct PhotoInput {
 PhotoInput CoverPhoto(const image::Image& photo, const CanvasPlanes& planes, float text_x0, float text_y0,
                       float text_x1, float text_y1);
 
+// The writing (issue 28): when the brush first reached each pixel, recorded
+// in the same render. Each dab carries the millisecond at which the brush lays
+// it down (dab_ms, the Renderer's writing rhythm); a pixel's write time is the
+// smallest of the dabs whose footprint covers its centre. The footprint is
+// the ink's reach (r * 1.1 + 1, as the ink pass) grown by halo_px for a dab
+// that carries water, so the wet halo around a stroke appears with it. The
+// passes also hand back the background: the composition with no ink (paper,
+// wash and blotches), so that a player can show the page before the writing.
+inline constexpr uint16_t kNotWritten = 0xFFFF;
+struct WritingPlan {
+  const std::vector<uint16_t>* dab_ms = nullptr;  // one per dab of the plan
+  int halo_px = 0;                                // footprint growth of wet dabs, canvas px
+  uint16_t* ms_out = nullptr;                     // w*h, kNotWritten where no dab reached
+  uint8_t* background_out = nullptr;              // w*h*3 RGB, the page without ink
+};
+// The radius, canvas px, within which a dab marks the write time.
+inline float WriteReach(const Dab& d, int halo_px) {
+  return d.r * 1.1f + 1.0f + (d.wet > 0.0f ? static_cast<float>(halo_px) : 0.0f);
+}
+
 // Everything the heavy passes of one render need. They run in this order:
 // the background wash (a landscape or a photo), the ink of every dab, the
 // wet ink and its diffusion, the composition to RGB.
@@ -157,11 +177,14 @@ struct PassPlan {
   int diffuse_iterations = 1;
   // The colours and the fibre offset; its plane pointers are ignored.
   ComposeInputs look;
+  // Optional: also record the writing (nullptr: not asked for, no cost).
+  const WritingPlan* writing = nullptr;
 };
 // OK, or INTERNAL naming what is wrong: sizes that are not PlanesFor(w, h),
 // no dab list, not exactly one of landscape and photo, a photo whose window
 // is empty or not inside it (or whose pixels do not match its size), more
-// than kMaxRidges ridges. Both backends check it first.
+// than kMaxRidges ridges, a writing plan without its outputs or with a time
+// per dab that does not match the dab list. Both backends check it first.
 Status CheckPlan(const PassPlan& plan);
 
 // Wall time of each stage of Run, in milliseconds (on a device: between
@@ -210,8 +233,14 @@ class CpuPasses final : public Passes {
   // the resample runs on one thread, the rest on the pass's threads. A window
   // CheckPlan refuses gives an all-zero wash.
   void PhotoWash(const PhotoInput& photo, const CanvasPlanes& planes, Plane* wash) const;
-  // Paper, wash and ink to RGB8 (w*h*3 bytes).
-  void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) const;
+  // Paper, wash and ink to RGB8 (w*h*3 bytes); with `background`, also the
+  // same pixels without the ink (w*h*3 bytes).
+  void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb,
+               uint8_t* background = nullptr) const;
+  // The write time of every pixel (WritingPlan): `ms` (w*h) must hold
+  // kNotWritten before the first call.
+  void StampWriteTimes(const std::vector<Dab>& dabs, const std::vector<uint16_t>& dab_ms,
+                       int halo_px, int w, int h, uint16_t* ms) const;
 
  private:
   int threads_;

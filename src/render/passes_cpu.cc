@@ -20,12 +20,14 @@ inline float Smoothstep(float a, float b, float x) {
 constexpr int kBand = 32;  // rows per work item in the dab passes
 
 // Dab indices per band of rows, in list order.
-std::vector<std::vector<uint32_t>> BinDabs(const std::vector<Dab>& dabs, float scale, int h) {
+// `halo_px` > 0: the bins of the write-time footprint (WriteReach) instead.
+std::vector<std::vector<uint32_t>> BinDabs(const std::vector<Dab>& dabs, float scale, int h,
+                                           int halo_px = 0) {
   int bands = (h + kBand - 1) / kBand;
   std::vector<std::vector<uint32_t>> bins(static_cast<size_t>(bands));
   for (size_t i = 0; i < dabs.size(); ++i) {
     const Dab& d = dabs[i];
-    float rr = (d.r * 1.1f + 1.5f) * scale;
+    float rr = halo_px > 0 ? WriteReach(d, halo_px) + 1.0f : (d.r * 1.1f + 1.5f) * scale;
     int b0 = std::max(0, static_cast<int>(std::floor(d.y * scale - rr)) / kBand);
     int b1 = std::min(bands - 1, static_cast<int>(std::floor(d.y * scale + rr)) / kBand);
     if (d.y * scale + rr < 0) continue;
@@ -89,8 +91,37 @@ void StampOne(const Dab& d, const Textures& tex, int ya, int yb, Plane* ink) {
   }
 }
 
+// The write-time footprint of one dab within rows [ya, yb): the earliest time wins.
+void StampTime(const Dab& d, uint16_t t, int halo_px, int w, int ya, int yb, uint16_t* ms) {
+  const float reach = WriteReach(d, halo_px);
+  const int x0 = std::max(0, static_cast<int>(std::floor(d.x - reach)));
+  const int x1 = std::min(w - 1, static_cast<int>(std::ceil(d.x + reach)));
+  const int y0 = std::max(ya, static_cast<int>(std::floor(d.y - reach)));
+  const int y1 = std::min(yb - 1, static_cast<int>(std::ceil(d.y + reach)));
+  const float r2 = reach * reach;
+  for (int y = y0; y <= y1; ++y) {
+    uint16_t* row = ms + static_cast<size_t>(y) * static_cast<size_t>(w);
+    const float dy = static_cast<float>(y) + 0.5f - d.y;
+    for (int x = x0; x <= x1; ++x) {
+      const float dx = static_cast<float>(x) + 0.5f - d.x;
+      if (dx * dx + dy * dy <= r2 && t < row[x]) row[x] = t;
+    }
+  }
+}
+
 }  // namespace
 
+void CpuPasses::StampWriteTimes(const std::vector<Dab>& dabs, const std::vector<uint16_t>& dab_ms,
+                                int halo_px, int w, int h, uint16_t* ms) const {
+  auto bins = BinDabs(dabs, 1.0f, h, std::max(1, halo_px));
+  ParallelFor(threads_, static_cast<int>(bins.size()), [&](int b0, int b1) {
+    for (int b = b0; b < b1; ++b) {
+      const int ya = b * kBand, yb = std::min(h, ya + kBand);
+      for (uint32_t i : bins[static_cast<size_t>(b)])
+        StampTime(dabs[i], dab_ms[i], halo_px, w, ya, yb, ms);
+    }
+  });
+}
 
 void CpuPasses::StampDabs(const std::vector<Dab>& dabs, const Textures& tex, Plane* ink) const {
   auto bins = BinDabs(dabs, 1.0f, ink->h);
@@ -211,7 +242,8 @@ void CpuPasses::Landscape(const LandscapeParams& p, const Textures& tex, Plane* 
   });
 }
 
-void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) const {
+void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb,
+                        uint8_t* background) const {
   const Plane& wash = *in.wash_low;
   const Plane* wet = in.wet_half;
   // Horizontal interpolation tables for the low-resolution planes.
@@ -260,6 +292,9 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
     for (int y = y0; y < y1; ++y) {
       const float* ink = in.ink->row(y);
       uint8_t* out = rgb + static_cast<size_t>(y) * static_cast<size_t>(w) * 3;
+      uint8_t* bg_out = background != nullptr
+                            ? background + static_cast<size_t>(y) * static_cast<size_t>(w) * 3
+                            : nullptr;
       vrow(wash, y, &wash_row);
       vrow(blotch, y, &blotch_row);
       if (wet != nullptr) vrow(*wet, y, &wet_row);
@@ -285,6 +320,8 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
         for (int c = 0; c < 3; ++c) {
           float paper = in.paper_rgb[c] * paper_k;
           float v = paper + (in.wash_rgb[c] - paper) * wa;
+          if (bg_out != nullptr)
+            bg_out[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
           v = v + (in.ink_rgb[c] - v) * a;
           out[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
         }
@@ -420,6 +457,12 @@ void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Pla
   const auto t1 = Clock::now();
   ink.Reset(pl.w, pl.h);
   StampDabs(*plan.dabs, tex, &ink);
+  const WritingPlan* writing = plan.writing;
+  if (writing != nullptr) {
+    std::fill_n(writing->ms_out, static_cast<size_t>(pl.w) * static_cast<size_t>(pl.h),
+                kNotWritten);
+    StampWriteTimes(*plan.dabs, *writing->dab_ms, writing->halo_px, pl.w, pl.h, writing->ms_out);
+  }
   const auto t2 = Clock::now();
   wet.Reset(pl.ww, pl.wh);
   StampWet(*plan.dabs, pl.wet_scale(), &wet);
@@ -429,7 +472,7 @@ void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Pla
   in.wash_low = &wash;
   in.ink = &ink;
   in.wet_half = &wet;
-  Compose(in, tex, pl.w, pl.h, rgb);
+  Compose(in, tex, pl.w, pl.h, rgb, writing != nullptr ? writing->background_out : nullptr);
   const auto t4 = Clock::now();
   if (ink_out != nullptr) *ink_out = ink;
   if (static_cast<int64_t>(pl.w) * pl.h > 3840LL * 2160LL) {
@@ -466,6 +509,16 @@ Status CheckPlan(const PassPlan& plan) {
   }
   if (plan.landscape != nullptr && plan.landscape->ridges.size() > static_cast<size_t>(kMaxRidges)) {
     return Internal("pass plan: more than " + std::to_string(kMaxRidges) + " ridges");
+  }
+  if (const WritingPlan* wr = plan.writing; wr != nullptr) {
+    if (wr->dab_ms == nullptr || wr->dab_ms->size() != plan.dabs->size()) {
+      return Internal("pass plan: the writing needs one time per dab");
+    }
+    if (wr->ms_out == nullptr || wr->background_out == nullptr) {
+      return Internal("pass plan: the writing has nowhere to go");
+    }
+    if (wr->halo_px < 0 || wr->halo_px > 64)
+      return Internal("pass plan: writing halo_px out of 0..64");
   }
   return Status::Ok();
 }

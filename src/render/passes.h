@@ -145,24 +145,51 @@ PhotoInput CoverPhoto(const image::Image& photo, const CanvasPlanes& planes, flo
                       float text_x1, float text_y1);
 
 // The writing (issue 28): when the brush first reached each pixel, recorded
-// in the same render. Each dab carries the millisecond at which the brush lays
-// it down (dab_ms, the Renderer's writing rhythm); a pixel's write time is the
-// smallest of the dabs whose footprint covers its centre. The footprint is
-// the ink's reach (r * 1.1 + 1, as the ink pass) grown by halo_px for a dab
-// that carries water, so the wet halo around a stroke appears with it. The
-// passes also hand back the background: the composition with no ink (paper,
-// wash and blotches), so that a player can show the page before the writing.
+// in the same render. The times are kept at the wet plane's half resolution
+// (ww x wh): canvas pixel (x, y) has the time of plane pixel
+// (min(x / 2, ww - 1), min(y / 2, wh - 1)). The Renderer turns its dab list
+// and the writing rhythm into WriteSegments (render/writing.h): runs of
+// consecutive dabs of one stroke as capsules on that plane, each covering
+// its dabs' footprints (the ink's reach, the wet halo, the 2x2 block), with
+// the brush's time running from t0 to t1 along it. A plane pixel's time is
+// the smallest over the capsules that hold its centre, t0 + (t1 - t0) * u at
+// the nearest point u (0..1) of the capsule's axis, rounded. A capsule
+// covers a stroke in a few pieces instead of a dab every pixel or two, so
+// the plane costs a small part of the ink pass.
 inline constexpr uint16_t kNotWritten = 0xFFFF;
-struct WritingPlan {
-  const std::vector<uint16_t>* dab_ms = nullptr;  // one per dab of the plan
-  int halo_px = 0;                                // footprint growth of wet dabs, canvas px
-  uint16_t* ms_out = nullptr;                     // w*h, kNotWritten where no dab reached
-  uint8_t* background_out = nullptr;              // w*h*3 RGB, the page without ink
+struct WriteSegment {
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // axis, half-resolution plane pixels
+  float r = 0;                           // radius, plane pixels
+  float t0 = 0, t1 = 0;                  // ms at (x0, y0) and (x1, y1), t0 <= t1 < kNotWritten
 };
-// The radius, canvas px, within which a dab marks the write time.
-inline float WriteReach(const Dab& d, int halo_px) {
-  return d.r * 1.1f + 1.0f + (d.wet > 0.0f ? static_cast<float>(halo_px) : 0.0f);
+// The time a capsule gives the plane pixel whose centre is (px, py), or
+// kNotWritten outside it. Both backends use this arithmetic (nvcc compiles
+// it for the device too).
+#ifdef __CUDACC__
+#define DANQING_HOST_DEVICE __host__ __device__
+#else
+#define DANQING_HOST_DEVICE
+#endif
+DANQING_HOST_DEVICE inline uint16_t SegmentTime(const WriteSegment& s, float px, float py) {
+  const float dx = s.x1 - s.x0, dy = s.y1 - s.y0;
+  const float l2 = dx * dx + dy * dy;
+  float u = 0.0f;
+  if (l2 > 0.0f) {
+    u = ((px - s.x0) * dx + (py - s.y0) * dy) / l2;
+    u = u < 0.0f ? 0.0f : (u > 1.0f ? 1.0f : u);
+  }
+  const float qx = s.x0 + u * dx - px, qy = s.y0 + u * dy - py;
+  if (qx * qx + qy * qy > s.r * s.r) return kNotWritten;
+  return static_cast<uint16_t>(s.t0 + (s.t1 - s.t0) * u + 0.5f);
 }
+struct WritingPlan {
+  const std::vector<WriteSegment>* segments = nullptr;
+  uint16_t* ms_out = nullptr;  // ww*wh, kNotWritten where no capsule reached
+  // w*h*3 RGB: the page before the writing where the brush comes (every
+  // pixel whose time is not kNotWritten: paper, wash and blotches without
+  // ink); elsewhere the final image, which equals it there.
+  uint8_t* background_out = nullptr;
+};
 
 // Everything the heavy passes of one render need. They run in this order:
 // the background wash (a landscape or a photo), the ink of every dab, the
@@ -233,14 +260,19 @@ class CpuPasses final : public Passes {
   // the resample runs on one thread, the rest on the pass's threads. A window
   // CheckPlan refuses gives an all-zero wash.
   void PhotoWash(const PhotoInput& photo, const CanvasPlanes& planes, Plane* wash) const;
-  // Paper, wash and ink to RGB8 (w*h*3 bytes); with `background`, also the
-  // same pixels without the ink (w*h*3 bytes).
+  // Paper, wash and ink to RGB8 (w*h*3 bytes). With `background`, also the
+  // writing's background (WritingPlan::background_out) from the same rows.
+  struct BackgroundOut {
+    uint8_t* rgb;        // w*h*3
+    const uint16_t* ms;  // the half-resolution time plane, ww x wh
+    int ww, wh;
+  };
   void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb,
-               uint8_t* background = nullptr) const;
-  // The write time of every pixel (WritingPlan): `ms` (w*h) must hold
-  // kNotWritten before the first call.
-  void StampWriteTimes(const std::vector<Dab>& dabs, const std::vector<uint16_t>& dab_ms,
-                       int halo_px, int w, int h, uint16_t* ms) const;
+               const BackgroundOut* background = nullptr) const;
+  // The write time of every pixel (WritingPlan) into the half-resolution
+  // `ms` (ww x wh), which must hold kNotWritten before the first call.
+  void StampWriteTimes(const std::vector<WriteSegment>& segments, int ww, int wh,
+                       uint16_t* ms) const;
 
  private:
   int threads_;

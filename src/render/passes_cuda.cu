@@ -134,26 +134,21 @@ __global__ void StampKernel(const Dab* dabs, DevTex tex, float* ink, int w, int 
   }
 }
 
-// The write time (WritingPlan), one block per dab: the earliest time wins
-// through an integer atomicMin, as the CPU's min in list order.
-__global__ void WriteTimeKernel(const Dab* dabs, const uint16_t* dab_ms, int halo_px,
-                                unsigned int* ms, int w, int h) {
-  const Dab d = dabs[blockIdx.x];
-  const unsigned int t = dab_ms[blockIdx.x];
-  // WriteReach (passes.h), in the same order of operations.
-  const float reach = d.r * 1.1f + 1.0f + (d.wet > 0.0f ? static_cast<float>(halo_px) : 0.0f);
-  const int x0 = max(0, static_cast<int>(floorf(d.x - reach)));
-  const int x1 = min(w - 1, static_cast<int>(ceilf(d.x + reach)));
-  const int y0 = max(0, static_cast<int>(floorf(d.y - reach)));
-  const int y1 = min(h - 1, static_cast<int>(ceilf(d.y + reach)));
+// The write time (WritingPlan), one block per capsule: the earliest time
+// wins through an integer atomicMin, as the CPU's min.
+__global__ void WriteTimeKernel(const WriteSegment* segs, unsigned int* ms, int w, int h) {
+  const WriteSegment sg = segs[blockIdx.x];
+  const int x0 = max(0, static_cast<int>(floorf(fminf(sg.x0, sg.x1) - sg.r)));
+  const int x1 = min(w - 1, static_cast<int>(ceilf(fmaxf(sg.x0, sg.x1) + sg.r)));
+  const int y0 = max(0, static_cast<int>(floorf(fminf(sg.y0, sg.y1) - sg.r)));
+  const int y1 = min(h - 1, static_cast<int>(ceilf(fmaxf(sg.y0, sg.y1) + sg.r)));
   if (x0 > x1 || y0 > y1) return;
   const int bw = x1 - x0 + 1, n = bw * (y1 - y0 + 1);
-  const float r2 = reach * reach;
   for (int k = threadIdx.x; k < n; k += blockDim.x) {
     const int x = x0 + k % bw, y = y0 + k / bw;
-    const float dy = static_cast<float>(y) + 0.5f - d.y;
-    const float dx = static_cast<float>(x) + 0.5f - d.x;
-    if (dx * dx + dy * dy <= r2) atomicMin(&ms[static_cast<size_t>(y) * w + x], t);
+    const unsigned int t =
+        SegmentTime(sg, static_cast<float>(x) + 0.5f, static_cast<float>(y) + 0.5f);
+    if (t < kNotWritten) atomicMin(&ms[static_cast<size_t>(y) * w + x], t);
   }
 }
 
@@ -354,8 +349,16 @@ struct ComposeArgs {
   int has_wet;
 };
 
+// The writing's background (WritingPlan): the page without ink where the
+// half-resolution time plane has a time, the final image elsewhere.
+struct BackgroundArgs {
+  uint8_t* out;  // nullptr: no writing
+  const uint16_t* ms;
+  int ww, wh;
+};
+
 __global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, const float* ink,
-                              ComposeArgs a, DevTex tex, uint8_t* rgb, uint8_t* background, int w,
+                              ComposeArgs a, DevTex tex, uint8_t* rgb, BackgroundArgs bg, int w,
                               int h) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
@@ -374,15 +377,18 @@ __global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, cons
     }
   }
   uint8_t* out = rgb + (static_cast<size_t>(y) * w + x) * 3;
+  const bool timed =
+      bg.out != nullptr &&
+      bg.ms[static_cast<size_t>(min(y / 2, bg.wh - 1)) * bg.ww + min(x / 2, bg.ww - 1)] !=
+          kNotWritten;
   for (int c = 0; c < 3; ++c) {
     float paper = a.paper[c] * paper_k;
     float v = paper + (a.wash[c] - paper) * wa;
-    if (background != nullptr) {
-      background[(static_cast<size_t>(y) * w + x) * 3 + c] =
-          static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
-    }
+    const uint8_t under = static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
     v = v + (a.ink[c] - v) * al;
     out[c] = static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
+    if (bg.out != nullptr)
+      bg.out[(static_cast<size_t>(y) * w + x) * 3 + c] = timed ? under : out[c];
   }
 }
 
@@ -436,9 +442,8 @@ class CudaPasses final : public Passes {
           static_cast<void*>(wash_), static_cast<void*>(blotch_), static_cast<void*>(rgb_),
           static_cast<void*>(dabs_), static_cast<void*>(ridge_y_), static_cast<void*>(ridges_),
           static_cast<void*>(photo_), static_cast<void*>(tap_index_),
-          static_cast<void*>(tap_weights_), static_cast<void*>(dab_ms_),
-          static_cast<void*>(times32_), static_cast<void*>(times16_),
-          static_cast<void*>(background_)}) {
+          static_cast<void*>(tap_weights_), static_cast<void*>(segs_), static_cast<void*>(times32_),
+          static_cast<void*>(times16_), static_cast<void*>(background_)}) {
       if (p == nullptr) continue;
       if (ctx_->pools) cudaFreeAsync(p, stream_);  // after the stream's work, back to the pool
       else cudaFree(p);
@@ -493,8 +498,10 @@ class CudaPasses final : public Passes {
     }
     if (plan.writing != nullptr) {
       writing_ = true;
-      if (!Alloc(&dab_ms_, max_dabs_ * sizeof(uint16_t)) ||
-          !Alloc(&times32_, Px(pl_.w, pl_.h) * 4) || !Alloc(&times16_, Px(pl_.w, pl_.h) * 2) ||
+      max_segs_ = std::max<size_t>(
+          1, plan.writing->segments != nullptr ? plan.writing->segments->size() : 0);
+      if (!Alloc(&segs_, max_segs_ * sizeof(WriteSegment)) ||
+          !Alloc(&times32_, Px(pl_.ww, pl_.wh) * 4) || !Alloc(&times16_, Px(pl_.ww, pl_.wh) * 2) ||
           !Alloc(&background_, Px(pl_.w, pl_.h) * 3)) {
         return status_;
       }
@@ -531,7 +538,7 @@ class CudaPasses final : public Passes {
       return;
     }
     const WritingPlan* writing = plan.writing;
-    if (writing != nullptr && !writing_) {
+    if (writing != nullptr && (!writing_ || writing->segments->size() > max_segs_)) {
       status_ = Internal("cuda passes: the writing was not reserved");
       return;
     }
@@ -555,19 +562,20 @@ class CudaPasses final : public Passes {
       if (!Ok(cudaGetLastError(), "StampKernel")) return;
     }
     if (writing != nullptr) {
-      if (!Ok(cudaMemsetAsync(times32_, 0xff, Px(p.w, p.h) * 4, stream_), "clear write times"))
+      if (!Ok(cudaMemsetAsync(times32_, 0xff, Px(p.ww, p.wh) * 4, stream_), "clear write times"))
         return;
-      if (!dabs.empty()) {
-        if (!Ok(cudaMemcpyAsync(dab_ms_, writing->dab_ms->data(), dabs.size() * sizeof(uint16_t),
+      const std::vector<WriteSegment>& segs = *writing->segments;
+      if (!segs.empty()) {
+        if (!Ok(cudaMemcpyAsync(segs_, segs.data(), segs.size() * sizeof(WriteSegment),
                                 cudaMemcpyHostToDevice, stream_),
-                "upload dab times")) {
+                "upload write segments")) {
           return;
         }
-        DQ_LAUNCH(WriteTimeKernel, static_cast<unsigned>(dabs.size()), 128, stream_, dabs_, dab_ms_,
-                  writing->halo_px, times32_, p.w, p.h);
+        DQ_LAUNCH(WriteTimeKernel, static_cast<unsigned>(segs.size()), 128, stream_, segs_,
+                  times32_, p.ww, p.wh);
         if (!Ok(cudaGetLastError(), "WriteTimeKernel")) return;
       }
-      const int n = static_cast<int>(Px(p.w, p.h));
+      const int n = static_cast<int>(Px(p.ww, p.wh));
       DQ_LAUNCH(NarrowTimesKernel, static_cast<unsigned>((n + 255) / 256), 256, stream_, times32_,
                 times16_, n);
       if (!Ok(cudaGetLastError(), "NarrowTimesKernel")) return;
@@ -613,12 +621,14 @@ class CudaPasses final : public Passes {
     a.has_wet = 1;
     LowPlane lwash{wash_, p.lw, p.lh}, lblotch{blotch_, p.lw, p.lh}, lwet{wet_[cur], p.ww, p.wh};
     DQ_LAUNCH(ComposeKernel, Grid2(p.w, p.h, block), block, stream_, lwash, lblotch, lwet, ink_, a,
-              ctx_->tex, rgb_, writing != nullptr ? background_ : static_cast<uint8_t*>(nullptr),
+              ctx_->tex, rgb_,
+              writing != nullptr ? BackgroundArgs{background_, times16_, p.ww, p.wh}
+                                 : BackgroundArgs{nullptr, nullptr, 1, 1},
               p.w, p.h);
     if (!Ok(cudaGetLastError(), "ComposeKernel")) return;
     if (!Ok(cudaMemcpyAsync(rgb, rgb_, Px(p.w, p.h) * 3, cudaMemcpyDeviceToHost, stream_), "download rgb")) return;
     if (writing != nullptr &&
-        (!Ok(cudaMemcpyAsync(writing->ms_out, times16_, Px(p.w, p.h) * 2, cudaMemcpyDeviceToHost,
+        (!Ok(cudaMemcpyAsync(writing->ms_out, times16_, Px(p.ww, p.wh) * 2, cudaMemcpyDeviceToHost,
                              stream_),
              "download write times") ||
          !Ok(cudaMemcpyAsync(writing->background_out, background_, Px(p.w, p.h) * 3,
@@ -756,7 +766,8 @@ class CudaPasses final : public Passes {
   float* tap_weights_ = nullptr;
   // The writing (issue 28), when the plan asks for it.
   bool writing_ = false;
-  uint16_t* dab_ms_ = nullptr;
+  WriteSegment* segs_ = nullptr;
+  size_t max_segs_ = 0;
   unsigned int* times32_ = nullptr;
   uint16_t* times16_ = nullptr;
   uint8_t* background_ = nullptr;

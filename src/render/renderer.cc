@@ -568,18 +568,22 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   // The writing: each dab's time, and where the passes put the planes.
   WritingSchedule schedule;
   WritingPlan writing_plan;
+  std::vector<WriteSegment> segments;
   if (writing != nullptr) {
     schedule = ScheduleWriting(dabs, spans, opts.style);
     writing->width = w;
     writing->height = h;
-    writing->ms.assign(static_cast<size_t>(w) * static_cast<size_t>(h), kNotWritten);
+    writing->plane_width = planes.ww;
+    writing->plane_height = planes.wh;
+    writing->ms.resize(static_cast<size_t>(planes.ww) *
+                       static_cast<size_t>(planes.wh));  // the passes fill it
     writing->background.width = w;
     writing->background.height = h;
     writing->background.rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
     writing->seal_ms = schedule.seal_ms;
     writing->end_ms = schedule.end_ms;
-    writing_plan.dab_ms = &schedule.dab_ms;
-    writing_plan.halo_px = WritingHaloPx(plan.diffuse_iterations);
+    segments = BuildWriteSegments(dabs, schedule.dab_ms, WritingHaloPx(plan.diffuse_iterations));
+    writing_plan.segments = &segments;
     writing_plan.ms_out = writing->ms.data();
     writing_plan.background_out = writing->background.rgb.data();
     plan.writing = &writing_plan;
@@ -632,21 +636,20 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   if (seal_chars.size() == 3) seal_chars.resize(2);
   DrawSeal(seal_chars, strokes_.get(), font_.get(), layout.seal_x, layout.seal_y, layout.seal_size, *textures_, rng, &img);
   if (writing != nullptr) {
-    // The seal's square (as DrawSeal walks it) is stamped at once, last.
+    // The seal's square (as DrawSeal walks it) is stamped at once, last:
+    // every plane pixel whose block it touches.
     const int n = static_cast<int>(std::ceil(layout.seal_size));
     const uint16_t at = static_cast<uint16_t>(std::min<uint32_t>(schedule.seal_ms, kMaxWritingMs));
-    for (int y = 0; y < n && n >= 6; ++y) {
-      const int py = static_cast<int>(layout.seal_y) + y;
-      if (py < 0 || py >= h) continue;
-      for (int x = 0; x < n; ++x) {
-        const int px = static_cast<int>(layout.seal_x) + x;
-        if (px >= 0 && px < w)
-          writing->ms[static_cast<size_t>(py) * static_cast<size_t>(w) + static_cast<size_t>(px)] =
-              at;
+    if (n >= 6) {
+      const int x0 = std::max(0, static_cast<int>(layout.seal_x)),
+                y0 = std::max(0, static_cast<int>(layout.seal_y));
+      const int x1 = std::min(w - 1, static_cast<int>(layout.seal_x) + n - 1);
+      const int y1 = std::min(h - 1, static_cast<int>(layout.seal_y) + n - 1);
+      for (int y = y0; y <= y1; ++y) {
+        for (int x = x0; x <= x1; ++x) writing->ms[writing->PlaneIndex(x, y)] = at;
       }
     }
   }
-
   if (detail != nullptr) detail->ink = std::move(detail_ink.v);
   stats.total_ms = Ms(t0, Clock::now());
   if (stats_out != nullptr) *stats_out = stats;

@@ -84,8 +84,17 @@ struct RenderStats {
 // on, the final image. Every pixel where the final image differs from the
 // background has a time (the seal's square has seal_ms).
 struct Writing {
-  int width = 0, height = 0;
-  std::vector<uint16_t> ms;  // width*height, milliseconds from the start; 0xFFFF: never reached
+  int width = 0, height = 0;  // the canvas
+  // The times, at half resolution (plane_width x plane_height, w/2 x h/2):
+  // milliseconds from the start, 0xFFFF where the brush never came.
+  int plane_width = 0, plane_height = 0;
+  std::vector<uint16_t> ms;
+  // The plane pixel of canvas pixel (x, y).
+  size_t PlaneIndex(int x, int y) const {
+    const int px = x / 2 < plane_width - 1 ? x / 2 : plane_width - 1;
+    const int py = y / 2 < plane_height - 1 ? y / 2 : plane_height - 1;
+    return static_cast<size_t>(py) * static_cast<size_t>(plane_width) + static_cast<size_t>(px);
+  }
   image::Image background;   // the painting without ink and seal
   uint32_t seal_ms = 0;      // when the seal is stamped
   uint32_t end_ms = 0;       // the whole writing, the seal and a short hold included

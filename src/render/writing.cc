@@ -35,6 +35,56 @@ int WritingHaloPx(int diffuse_iterations) {
   return 2 * (std::max(0, diffuse_iterations) + 1) + 2;
 }
 
+std::vector<WriteSegment> BuildWriteSegments(const std::vector<Dab>& dabs,
+                                             const std::vector<uint16_t>& dab_ms, int halo_px) {
+  std::vector<WriteSegment> out;
+  const size_t n = std::min(dabs.size(), dab_ms.size());
+  auto reach = [&](const Dab& d) {  // plane pixels
+    return (d.r * 1.1f + 1.0f + (d.wet > 0.0f ? static_cast<float>(halo_px) : 0.0f) + 2.0f) * 0.5f;
+  };
+  // Distance from (px, py) to the segment a-b.
+  auto dist = [](float ax, float ay, float bx, float by, float px, float py) {
+    const float dx = bx - ax, dy = by - ay, l2 = dx * dx + dy * dy;
+    float u = l2 > 0.0f ? ((px - ax) * dx + (py - ay) * dy) / l2 : 0.0f;
+    u = std::clamp(u, 0.0f, 1.0f);
+    return std::hypot(ax + u * dx - px, ay + u * dy - py);
+  };
+  auto same_stroke = [&](size_t j) {
+    return dabs[j].phase == dabs[j - 1].phase && dab_ms[j] >= dab_ms[j - 1];
+  };
+  size_t i = 0;
+  while (i < n) {
+    const Dab& a = dabs[i];
+    const float ax = a.x * 0.5f, ay = a.y * 0.5f, ra = reach(a);
+    // The farthest dab of the stroke within ra of the start: short enough
+    // that the capsule hugs the stroke.
+    size_t last = i;
+    while (last + 1 < n && same_stroke(last + 1) &&
+           std::hypot(dabs[last + 1].x * 0.5f - ax, dabs[last + 1].y * 0.5f - ay) <= ra) {
+      ++last;
+    }
+    const float bx = dabs[last].x * 0.5f, by = dabs[last].y * 0.5f;
+    float r = 0.0f;
+    for (size_t k = i; k <= last; ++k) {
+      const Dab& d = dabs[k];
+      r = std::max(r, dist(ax, ay, bx, by, d.x * 0.5f, d.y * 0.5f) + reach(d));
+    }
+    WriteSegment s;
+    s.x0 = ax;
+    s.y0 = ay;
+    s.x1 = bx;
+    s.y1 = by;
+    s.r = r;
+    s.t0 = static_cast<float>(dab_ms[i]);
+    s.t1 = static_cast<float>(dab_ms[last]);
+    out.push_back(s);
+    // The next capsule starts where this one ended, or after it when the
+    // stroke ends there.
+    i = last > i && last + 1 < n && same_stroke(last + 1) ? last : last + 1;
+  }
+  return out;
+}
+
 WritingSchedule ScheduleWriting(const std::vector<Dab>& dabs, const std::vector<WrittenSpan>& spans,
                                 Style style) {
   const Rhythm rh = RhythmFor(style);

@@ -47,8 +47,17 @@ struct WritingSchedule {
 WritingSchedule ScheduleWriting(const std::vector<Dab>& dabs, const std::vector<WrittenSpan>& spans,
                                 Style style);
 
-// The wet halo's reach beyond a dab's ink (WritingPlan::halo_px) for a render
-// whose wet plane diffuses `diffuse_iterations` steps at half resolution.
+// The wet halo's reach beyond a dab's ink, canvas px, for a render whose wet
+// plane diffuses `diffuse_iterations` steps at half resolution.
 int WritingHaloPx(int diffuse_iterations);
+
+// The capsules of the time plane (passes.h, WriteSegment) for `dabs` laid
+// down at `dab_ms`: consecutive dabs of one stroke (same phase, time not
+// going back) merge while the capsule stays short (about its own radius) and
+// every merged dab's footprint stays inside it. A dab's footprint is the
+// ink's reach, r * 1.1 + 1, plus halo_px when it carries water, plus 2 px for
+// the 2x2 block of a plane pixel; in plane pixels, half that.
+std::vector<WriteSegment> BuildWriteSegments(const std::vector<Dab>& dabs,
+                                             const std::vector<uint16_t>& dab_ms, int halo_px);
 
 }  // namespace danqing::render

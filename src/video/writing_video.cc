@@ -137,7 +137,7 @@ std::unique_ptr<AVCodecContext, CodecDeleter> OpenEncoder(const std::string& nam
 
 }  // namespace
 
-Status CheckClip(const ClipOptions& clip, const WritingFrames& f) {
+Status CheckClipOptions(const ClipOptions& clip) {
   if (clip.fps < kMinFps || clip.fps > kMaxFps) {
     return InvalidArgument("fps " + std::to_string(clip.fps) + " is outside " +
                            std::to_string(kMinFps) + ".." + std::to_string(kMaxFps));
@@ -163,6 +163,11 @@ Status CheckClip(const ClipOptions& clip, const WritingFrames& f) {
   if (clip.threads < 1 || clip.threads > 64) {
     return InvalidArgument("threads " + std::to_string(clip.threads) + " is outside 1..64");
   }
+  return Status::Ok();
+}
+
+Status CheckClip(const ClipOptions& clip, const WritingFrames& f) {
+  if (Status s = CheckClipOptions(clip); !s.ok()) return s;
   if (f.final_image == nullptr || f.background == nullptr || f.ms == nullptr) {
     return InvalidArgument(
         "writing: the final image, background and write-time plane are all needed");

@@ -62,6 +62,8 @@ struct WritingFrames {
 // preset, crf, threads) or the frames that do not fit together, or a canvas
 // over kMaxVideoSide / kMaxVideoPixels ("size").
 Status CheckClip(const ClipOptions& clip, const WritingFrames& frames);
+// The options alone (before there are frames).
+Status CheckClipOptions(const ClipOptions& clip);
 
 struct EncodeResult {
   std::string encoder;   // "libx264" or "h264_nvenc"

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "image/png16.h"
 #include "service/assets.h"
 #include "service/server.h"
 #include "verse/corpus.h"
@@ -301,6 +302,78 @@ TEST_F(ServiceTest, MultipartUploadAnswersTheImageAndKeepsItsJson) {
   ASSERT_TRUE(as_json);
   ASSERT_EQ(as_json->status, 200) << as_json->body;
   EXPECT_EQ(as_json->get_header_value("Content-Type"), "application/json");
+}
+
+// Issue 28: with writing=true the inscription keeps its write-time plane and
+// background (for the page's animation) and makes the writing as an MP4 on
+// request, cached; bad clip options, unknown ids and inscriptions made
+// without the writing are named errors.
+TEST_F(ServiceTest, WritingPlaneBackgroundAndVideo) {
+  auto c = service_->Client();
+  c.set_read_timeout(60, 0);
+  const json j = Ok(PostRaw(Photo("rocket.jpg"), "&writing=true&style=cao"));
+  ASSERT_TRUE(j.contains("writing")) << j.dump();
+  const std::string id = j["id"];
+  const json& w = j["writing"];
+  EXPECT_EQ(w["encoding"], "png-grey16-ms-half");
+  EXPECT_GE(w["end_ms"].get<int>(), 1000);
+  EXPECT_LT(w["seal_ms"].get<int>(), w["end_ms"].get<int>());
+  auto plane = c.Get(w["plane_url"].get<std::string>().c_str());
+  ASSERT_TRUE(plane);
+  ASSERT_EQ(plane->status, 200);
+  EXPECT_EQ(plane->get_header_value("Content-Type"), "image/png");
+  auto g = image::DecodePngGrey16(std::span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(plane->body.data()), plane->body.size()));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->width, 240);
+  EXPECT_EQ(g->height, 160);
+  EXPECT_EQ(plane->body.size(), w["plane_bytes"].get<size_t>());
+  auto bg = c.Get(w["background_url"].get<std::string>().c_str());
+  ASSERT_TRUE(bg);
+  EXPECT_EQ(bg->status, 200);
+  EXPECT_EQ(bg->body.substr(0, 3), "\xff\xd8\xff");
+
+  auto v = c.Get(("/v1/inscriptions/" + id + "/video?fps=10&seconds=2").c_str());
+  ASSERT_TRUE(v);
+  ASSERT_EQ(v->status, 200) << v->body;
+  EXPECT_EQ(v->get_header_value("Content-Type"), "video/mp4");
+  ASSERT_GT(v->body.size(), 1000u);
+  EXPECT_EQ(v->body.substr(4, 4), "ftyp");
+  EXPECT_NE(v->body.find("moov"), std::string::npos);
+  EXPECT_LT(v->body.find("moov"), v->body.find("mdat")) << "faststart";
+  auto again = c.Get(("/v1/inscriptions/" + id + "/video?fps=10&seconds=2").c_str());
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->body, v->body) << "cached with the inscription";
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body,
+              HasSubstr("danqing_videos_total{encoder=\"libx264\",result=\"ok\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("danqing_videos_total{encoder=\"cache\",result=\"ok\"} 1"));
+  EXPECT_THAT(metrics->body,
+              HasSubstr("danqing_video_encode_seconds_count{encoder=\"libx264\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("danqing_video_bytes_total{encoder=\"libx264\"} " +
+                                       std::to_string(v->body.size())));
+
+  auto bad = [&](const std::string& q, int code, const std::string& words) {
+    auto r = c.Get(("/v1/inscriptions/" + id + "/video?" + q).c_str());
+    ExpectError(r, code, words);
+  };
+  bad("fps=61", 400, "fps");
+  bad("fps=abc", 400, "fps");
+  bad("fps=2.5", 400, "fps");
+  bad("seconds=31", 400, "seconds");
+  bad("seconds=0", 400, "seconds");
+  ExpectError(c.Get("/v1/inscriptions/0123456789abcdef0123456789abcdef/video"), 404,
+              "no recent inscription");
+  ExpectError(c.Get("/v1/inscriptions/0123456789abcdef0123456789abcdef/writing"), 404,
+              "no recent inscription");
+  // Made without the writing: no plane, no video.
+  const json plain = Ok(PostRaw(Photo("rocket.jpg")));
+  EXPECT_FALSE(plain.contains("writing"));
+  const std::string pid = plain["id"];
+  ExpectError(c.Get(("/v1/inscriptions/" + pid + "/video").c_str()), 409, "writing=true");
+  ExpectError(c.Get(("/v1/inscriptions/" + pid + "/writing").c_str()), 409, "writing=true");
+  ExpectError(PostRaw(Photo("rocket.jpg"), "&writing=maybe"), 400, "writing");
 }
 
 TEST_F(ServiceTest, VisitorTextReplacesTheVerse) {

@@ -59,7 +59,7 @@ void WriteWriting(const RenderArgs& a, const danqing::video::ClipOptions& clip,
                              ? wr.end_ms
                              : static_cast<uint32_t>(uint64_t{wr.end_ms} * k / (a.frames - 1));
       char name[64];
-      std::snprintf(name, sizeof name, "/frame-%02d-%05ums.png", k, t);
+      std::snprintf(name, sizeof name, "/frame-%02d-%05ums.jpg", k, t);
       Status st = image::WriteFile(a.frames_dir + name, video::ComposeFrameRgb(frames, t));
       if (!st.ok()) Fail("--frames: " + st.ToString(), 1);
     }
@@ -195,7 +195,7 @@ void RegisterRenderCommand(CLI::App& app) {
   sub->add_option("--writing", args->writing,
                   "the write-time plane as a 16-bit grey PNG (ms, half resolution)");
   sub->add_option("--frames", args->frames_dir,
-                  "a directory for PNG frames of the writing (--frame-count)");
+                  "a directory for JPEG frames of the writing (--frame-count)");
   sub->add_option("--frame-count", args->frames,
                   "frames at evenly spaced times, 0..100 (with --frames)");
   sub->callback([args] { Run(*args); });

@@ -337,6 +337,12 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
       for (int x = 0; x < w; ++x) {
         if (ms[std::min(x / 2, ww - 1)] == kNotWritten) continue;
         const size_t xs = static_cast<size_t>(x);
+        // No ink and no wet halo here: the final pixel is the background.
+        if (ink[x] <= 0.0f) {
+          if (wet == nullptr) continue;
+          const size_t j = static_cast<size_t>(wet_tab.i0[xs]);
+          if (wet_row[j] <= 0.0f && wet_row[j + 1] <= 0.0f) continue;
+        }
         float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
         const size_t i = static_cast<size_t>(wash_tab.i0[xs]);
         const float t = wash_tab.t[xs];

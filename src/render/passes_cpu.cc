@@ -335,7 +335,11 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
           background->ms +
           static_cast<size_t>(std::min(y / 2, background->wh - 1)) * static_cast<size_t>(ww);
       for (int x = 0; x < w; ++x) {
-        if (ms[std::min(x / 2, ww - 1)] == kNotWritten) continue;
+        if (ms[std::min(x / 2, ww - 1)] == kNotWritten) {
+          x |= 1;  // the block's other pixel has the same time (x / 2 < ww - 1 here, or the last
+                   // block)
+          continue;
+        }
         const size_t xs = static_cast<size_t>(x);
         // No ink and no wet halo here: the final pixel is the background.
         if (ink[x] <= 0.0f) {

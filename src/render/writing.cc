@@ -47,7 +47,8 @@ std::vector<WriteSegment> BuildWriteSegments(const std::vector<Dab>& dabs,
     const float dx = bx - ax, dy = by - ay, l2 = dx * dx + dy * dy;
     float u = l2 > 0.0f ? ((px - ax) * dx + (py - ay) * dy) / l2 : 0.0f;
     u = std::clamp(u, 0.0f, 1.0f);
-    return std::hypot(ax + u * dx - px, ay + u * dy - py);
+    const float ex = ax + u * dx - px, ey = ay + u * dy - py;
+    return std::sqrt(ex * ex + ey * ey);  // not hypot: this runs per dab, and hypot is slow
   };
   auto same_stroke = [&](size_t j) {
     return dabs[j].phase == dabs[j - 1].phase && dab_ms[j] >= dab_ms[j - 1];
@@ -59,8 +60,10 @@ std::vector<WriteSegment> BuildWriteSegments(const std::vector<Dab>& dabs,
     // The farthest dab of the stroke within ra of the start: short enough
     // that the capsule hugs the stroke.
     size_t last = i;
-    while (last + 1 < n && same_stroke(last + 1) &&
-           std::hypot(dabs[last + 1].x * 0.5f - ax, dabs[last + 1].y * 0.5f - ay) <= ra) {
+    const float ra2 = ra * ra;
+    while (last + 1 < n && same_stroke(last + 1)) {
+      const float ex = dabs[last + 1].x * 0.5f - ax, ey = dabs[last + 1].y * 0.5f - ay;
+      if (ex * ex + ey * ey > ra2) break;
       ++last;
     }
     const float bx = dabs[last].x * 0.5f, by = dabs[last].y * 0.5f;
@@ -101,7 +104,8 @@ WritingSchedule ScheduleWriting(const std::vector<Dab>& dabs, const std::vector<
       if (i > a) {
         const Dab& p = dabs[i - 1];
         const Dab& d = dabs[i];
-        double dist = std::hypot(static_cast<double>(d.x - p.x), static_cast<double>(d.y - p.y));
+        const double ex = static_cast<double>(d.x - p.x), ey = static_cast<double>(d.y - p.y);
+        double dist = std::sqrt(ex * ex + ey * ey);
         if (d.phase != p.phase) {
           now += rh.stroke_ms + std::min(dist, 2.0 * cell) / (speed * rh.air_factor);
         } else {

@@ -113,7 +113,7 @@ void Server::WritingRoutes(http::BoundedServer& s) {
     const std::string id = req.matches[1];
     auto stored = Find(id);
     if (!stored) return Fail(res, 404, "no recent inscription with this id");
-    if (stored->writing_png.empty()) {
+    if (stored->writing_png.empty() || stored->videos == nullptr) {
       return Fail(res, 409,
                   "this inscription was made without its writing; POST it with writing=true");
     }

@@ -80,6 +80,8 @@ struct ServerOptions {
   // or clients that stall on purpose) hold every thread of the main port.
   // -1: none; 0: any free port (see Server::probe_port()).
   int probe_port = -1;
+  // Tests (issue 28): the video encoder fails after this many frames (-1: never).
+  int video_fail_after_frames = -1;
 };
 
 class Server {

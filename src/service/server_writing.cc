@@ -72,7 +72,7 @@ Result<std::string> MakeVideo(const std::string& image, const std::string& backg
       (std::filesystem::temp_directory_path() /
        ("danqing-video-" + std::to_string(::getpid()) + "-" + std::to_string(++counter) + ".mp4"))
           .string();
-  auto r = video::EncodeWritingMp4(frames, clip, path, cancel);
+  auto r = video::EncodeWritingMp4(frames, clip, path, cancel, info);
   if (!r.ok()) return r.status();
   *info = *r;
   auto out = ReadRegularFile(path, size_t{1} << 30);
@@ -131,6 +131,7 @@ void Server::WritingRoutes(http::BoundedServer& s) {
     clip.fps = static_cast<int>(*fps);
     clip.seconds = *seconds;
     clip.prefer_nvenc = stored->backend == "cuda";
+    clip.fail_after_frames = options_.video_fail_after_frames;
     if (Status st = video::CheckClipOptions(clip); !st.ok()) {
       metrics_->videos.Add("encoder=\"none\",result=\"bad_request\"");
       return Fail(res, 400, st.message());

@@ -224,7 +224,8 @@ image::Image ComposeFrameRgb(const WritingFrames& f, uint32_t t) {
 }
 
 Result<EncodeResult> EncodeWritingMp4(const WritingFrames& f, const ClipOptions& clip,
-                                      const std::string& path, const std::atomic<bool>* cancel) {
+                                      const std::string& path, const std::atomic<bool>* cancel,
+                                      EncodeResult* known) {
   if (Status s = CheckClip(clip, f); !s.ok()) return s;
   // libav's own log: warnings and errors only (x264 prints its settings at info).
   static std::once_flag quiet;
@@ -327,6 +328,7 @@ Result<EncodeResult> EncodeWritingMp4(const WritingFrames& f, const ClipOptions&
     if (!enc) return Unavailable("encoder libx264: " + why);
     result.encoder = "libx264";
   }
+  if (known != nullptr) *known = result;
   AVStream* st = avformat_new_stream(fmt.get(), nullptr);
   if (st == nullptr) return Internal("avformat_new_stream failed");
   st->time_base = enc->time_base;

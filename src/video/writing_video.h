@@ -77,9 +77,12 @@ struct EncodeResult {
 // place only when the whole MP4 is written: a failure mid-stream leaves no
 // file (and no partial one) behind. `cancel` (may be null) stops it early
 // with DEADLINE_EXCEEDED ("video cancelled"). INTERNAL/UNAVAILABLE for encoder and muxer failures.
+// `known` (may be null) gets the encoder and fallback as soon as they are
+// chosen, so that a failure can still be counted under its encoder.
 Result<EncodeResult> EncodeWritingMp4(const WritingFrames& frames, const ClipOptions& clip,
                                       const std::string& path,
-                                      const std::atomic<bool>* cancel = nullptr);
+                                      const std::atomic<bool>* cancel = nullptr,
+                                      EncodeResult* known = nullptr);
 
 // The writing time shown by frame i of a clip of n frames at fps (ms).
 uint32_t FrameTime(int i, const ClipOptions& clip, uint32_t end_ms);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -374,6 +375,46 @@ TEST_F(ServiceTest, WritingPlaneBackgroundAndVideo) {
   ExpectError(c.Get(("/v1/inscriptions/" + pid + "/video").c_str()), 409, "writing=true");
   ExpectError(c.Get(("/v1/inscriptions/" + pid + "/writing").c_str()), 409, "writing=true");
   ExpectError(PostRaw(Photo("rocket.jpg"), "&writing=maybe"), 400, "writing");
+}
+
+// Issue 28: an encoder that fails mid-stream is a 500, nothing is cached or
+// served as a video, the worker is free again (the next inscription renders)
+// and the failure is counted.
+TEST(ServiceVideoTest, EncoderFailureMidStreamIs500AndNothingIsKept) {
+  auto r = CreateInscriptionRenderer({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ServerOptions o = SmallOptions();
+  o.video_fail_after_frames = 4;
+  Service svc(r->get(), o);
+  auto c = svc.Client();
+  const std::string photo = Photo("rocket.jpg");
+  auto post = [&] {
+    return c.Post("/v1/inscriptions?width=320&height=256&writing=true",
+                  httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
+  };
+  auto res = post();
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const std::string id = json::parse(res->body)["id"];
+  for (int k = 0; k < 2; ++k) {  // not cached: the second try fails the same way
+    auto v = c.Get(("/v1/inscriptions/" + id + "/video?fps=10&seconds=2").c_str());
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->status, 500) << v->body;
+    EXPECT_NE(v->get_header_value("Content-Type"), "video/mp4");
+    EXPECT_THAT(v->body, HasSubstr("after 4 frames"));
+  }
+  EXPECT_THAT(svc.metrics().Render(),
+              HasSubstr("danqing_videos_total{encoder=\"libx264\",result=\"error\"} 2"));
+  auto again = post();  // the workers are free
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
+  // No temporary video left behind.
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
+    EXPECT_EQ(e.path().filename().string().find("danqing-video-" + std::to_string(::getpid())),
+              std::string::npos)
+        << e.path();
+  }
 }
 
 TEST_F(ServiceTest, VisitorTextReplacesTheVerse) {

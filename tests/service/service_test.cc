@@ -417,6 +417,72 @@ TEST(ServiceVideoTest, EncoderFailureMidStreamIs500AndNothingIsKept) {
   }
 }
 
+// Issue 28: a video runs on a render worker, and at most half the workers
+// encode videos at once: while one encodes (2 workers), a second video is
+// refused with 429 and Retry-After, and a still is served; a client that
+// drops the download half-way leaves the server serving.
+TEST(ServiceVideoTest, VideosCannotStarveStills) {
+  auto r = CreateInscriptionRenderer({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Service svc(r->get(), SmallOptions());
+  auto c = svc.Client();
+  const std::string photo = Photo("rocket.jpg");
+  auto post = [&](const std::string& size) {
+    return c.Post(("/v1/inscriptions?writing=true&" + size).c_str(),
+                  httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
+  };
+  auto res = post("width=640&height=512");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const std::string id = json::parse(res->body)["id"];
+  const std::string long_video = "/v1/inscriptions/" + id + "/video?fps=60&seconds=30";
+  std::thread first([&] {
+    auto c1 = svc.Client();
+    c1.set_read_timeout(120, 0);
+    auto v = c1.Get(long_video.c_str());
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->status, 200) << v->body;
+  });
+  // Wait until the video is on a worker.
+  bool running = false;
+  for (int i = 0; i < 400 && !running; ++i) {
+    running = svc.metrics().Render().find("danqing_renders_in_flight 1") != std::string::npos;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(running) << "the video never reached a worker";
+  auto second = c.Get(("/v1/inscriptions/" + id + "/video?fps=30&seconds=29").c_str());
+  ASSERT_TRUE(second);
+  bool still_encoding =
+      svc.metrics().Render().find("danqing_renders_in_flight 1") != std::string::npos;
+  if (still_encoding) {
+    EXPECT_EQ(second->status, 429) << second->body;
+    EXPECT_TRUE(second->has_header("Retry-After"));
+    auto still = post("width=320&height=256");  // the other worker takes stills
+    ASSERT_TRUE(still);
+    EXPECT_EQ(still->status, 200) << still->body;
+    EXPECT_THAT(svc.metrics().Render(),
+                HasSubstr("danqing_videos_total{encoder=\"none\",result=\"busy\"} 1"));
+  } else {
+    std::printf(
+        "the first video finished before the second was asked for: the 429 was not exercised\n");
+  }
+  first.join();
+  // A download dropped after its first bytes: the server goes on serving.
+  {
+    httplib::Client c2 = svc.Client();
+    size_t got = 0;
+    auto v = c2.Get(long_video.c_str(), [&](const char*, size_t n) {
+      got += n;
+      return got < 1000;  // stop reading: the client goes away
+    });
+    EXPECT_GT(got, 0u);
+  }
+  auto whole = c.Get(long_video.c_str());
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->status, 200);
+  EXPECT_GT(whole->body.size(), 1000u);
+}
+
 TEST_F(ServiceTest, VisitorTextReplacesTheVerse) {
   const json j = Ok(PostRaw(Photo("coffee.jpg"), "&text=%E6%98%8E%E6%9C%88%E5%85%89"));  // 明月光
   ASSERT_TRUE(j.is_object());

@@ -436,6 +436,12 @@ TEST(ServiceVideoTest, VideosCannotStarveStills) {
   ASSERT_EQ(res->status, 200) << res->body;
   const std::string id = json::parse(res->body)["id"];
   const std::string long_video = "/v1/inscriptions/" + id + "/video?fps=60&seconds=30";
+  // The still's worker counts itself out after its answer: wait for that first.
+  for (int i = 0;
+       i < 3000 && svc.metrics().Render().find("danqing_renders_in_flight 0") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::thread first([&] {
     auto c1 = svc.Client();
     c1.set_read_timeout(120, 0);
@@ -445,7 +451,7 @@ TEST(ServiceVideoTest, VideosCannotStarveStills) {
   });
   // Wait until the video is on a worker.
   bool running = false;
-  for (int i = 0; i < 400 && !running; ++i) {
+  for (int i = 0; i < 3000 && !running; ++i) {  // up to 30 s on a loaded machine
     running = svc.metrics().Render().find("danqing_renders_in_flight 1") != std::string::npos;
     if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

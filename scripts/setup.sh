@@ -9,6 +9,8 @@ PACKAGES=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libpng-dev libjpeg62-turbo-dev libdeflate-dev
+  # the writing as a video (issue 28): H.264 in MP4 through FFmpeg's libraries (libx264 inside libavcodec)
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
   # renderer: FreeType and the Kai font for characters the stroke data lacks
   libfreetype-dev fonts-arphic-ukai
   # the danqing service: OpenCV components and Haar cascades (perception), HTTP

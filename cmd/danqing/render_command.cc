@@ -6,8 +6,10 @@
 
 #include "commands.h"
 #include "image/image.h"
+#include "image/png16.h"
 #include "render/backend.h"
 #include "render/renderer.h"
+#include "video/writing_video.h"
 
 namespace {
 
@@ -17,11 +19,66 @@ struct RenderArgs {
   uint64_t seed = 0;
   bool horizontal = false;
   int threads = 1;
+  // The writing (issue 28): a video, the write-time plane, a strip of frames.
+  std::string video, writing, frames_dir;
+  int video_fps = 30, frames = 0;
+  double video_seconds = 8.0;
+  std::string video_encoder = "auto", video_preset = "veryfast";
+  int video_threads = 1;
 };
 
 [[noreturn]] void Fail(const std::string& msg, int code) {
   std::fprintf(stderr, "danqing render: %s\n", msg.c_str());
   throw CLI::RuntimeError(code);
+}
+
+// The writing's outputs: the 16-bit PNG of the write-time plane, frames at
+// evenly spaced times, the MP4.
+void WriteWriting(const RenderArgs& a, const danqing::video::ClipOptions& clip,
+                  const danqing::image::Image& img, const danqing::render::Writing& wr,
+                  const std::string& backend) {
+  using namespace danqing;
+  if (!a.writing.empty()) {
+    auto png = image::EncodePngGrey16(image::Grey16{wr.plane_width, wr.plane_height, wr.ms});
+    if (!png.ok()) Fail("--writing: " + png.status().ToString(), 1);
+    std::FILE* f = std::fopen(a.writing.c_str(), "wb");
+    if (f == nullptr || std::fwrite(png->data(), 1, png->size(), f) != png->size() ||
+        std::fclose(f) != 0) {
+      Fail("--writing: cannot write " + a.writing, 1);
+    }
+    std::printf(
+        "%s: write-time plane %dx%d (16-bit grey PNG, ms), %zu bytes; writing %u ms, seal at %u "
+        "ms\n",
+        a.writing.c_str(), wr.plane_width, wr.plane_height, png->size(), wr.end_ms, wr.seal_ms);
+  }
+  const video::WritingFrames frames{&img,           &wr.background,  wr.ms.data(),
+                                    wr.plane_width, wr.plane_height, wr.end_ms};
+  if (!a.frames_dir.empty() && a.frames > 0) {
+    for (int k = 0; k < a.frames; ++k) {
+      const uint32_t t = a.frames == 1
+                             ? wr.end_ms
+                             : static_cast<uint32_t>(uint64_t{wr.end_ms} * k / (a.frames - 1));
+      char name[64];
+      std::snprintf(name, sizeof name, "/frame-%02d-%05ums.jpg", k, t);
+      Status st = image::WriteFile(a.frames_dir + name, video::ComposeFrameRgb(frames, t));
+      if (!st.ok()) Fail("--frames: " + st.ToString(), 1);
+    }
+    std::printf("%s: %d frames\n", a.frames_dir.c_str(), a.frames);
+  }
+  if (!a.video.empty()) {
+    video::ClipOptions c = clip;
+    c.prefer_nvenc = backend == "cuda";
+    auto v = video::EncodeWritingMp4(frames, c, a.video);
+    if (!v.ok())
+      Fail("--video: " + v.status().ToString(),
+           v.status().code() == StatusCode::kInvalidArgument ? 2 : 1);
+    std::printf(
+        "%s: %dx%d, %d frames at %d fps, %llu bytes (%.0f kbit/s), %s%s%s, encoded in %.2f s\n",
+        a.video.c_str(), v->width, v->height, v->frames, c.fps,
+        static_cast<unsigned long long>(v->bytes),
+        static_cast<double>(v->bytes) * 8.0 / 1000.0 / c.seconds, v->encoder.c_str(),
+        v->fallback.empty() ? "" : ", NVENC not used: ", v->fallback.c_str(), v->encode_seconds);
+  }
 }
 
 void Run(const RenderArgs& a) {
@@ -33,9 +90,26 @@ void Run(const RenderArgs& a) {
     Fail("--size must be WIDTHxHEIGHT, e.g. 1920x1080, got '" + a.size + "'", 2);
   }
   // Before any work: an output file whose format cannot be told.
-  if (const auto format = image::FormatForPath(a.out); !format.ok()) {
+  if (a.out.empty() && a.video.empty() && a.writing.empty() && a.frames_dir.empty()) {
+    Fail("nothing to write: give -o FILE, --video FILE.mp4, --writing FILE.png or --frames DIR", 2);
+  }
+  if (const auto format = image::FormatForPath(a.out); !a.out.empty() && !format.ok()) {
     Fail("-o: " + format.status().message(), 2);
   }
+  video::ClipOptions clip;
+  clip.fps = a.video_fps;
+  clip.seconds = a.video_seconds;
+  clip.encoder = a.video_encoder;
+  clip.preset = a.video_preset;
+  clip.threads = a.video_threads;
+  if (Status s = video::CheckClipOptions(clip); !a.video.empty() && !s.ok()) {
+    Fail("--video-" + s.message(), 2);
+  }
+  if (!a.video.empty() && a.video.size() < 4) Fail("--video: the file name must end in .mp4", 2);
+  if (!a.video.empty() && a.video.substr(a.video.size() - 4) != ".mp4") {
+    Fail("--video: the file name must end in .mp4, got '" + a.video + "'", 2);
+  }
+  if (a.frames < 0 || a.frames > 100) Fail("--frame-count must be 0..100", 2);
   auto style = render::ParseStyle(a.style);
   if (!style) Fail("--style must be kai, xing or cao, got '" + a.style + "'", 2);
   opts.style = *style;
@@ -67,15 +141,22 @@ void Run(const RenderArgs& a) {
   if (!r.ok()) Fail(r.status().ToString(), 1);
   render::Inscription ins{a.text, a.title, a.signature, a.date};
   render::RenderStats stats;
-  auto img = (*r)->Render(ins, opts, &stats);
+  const bool want_writing = !a.video.empty() || !a.writing.empty() || !a.frames_dir.empty();
+  render::Writing writing;
+  auto img = (*r)->Render(ins, opts, &stats, want_writing ? &writing : nullptr);
   if (!img.ok()) Fail(img.status().ToString(), img.status().code() == StatusCode::kInvalidArgument ? 2 : 1);
-  Status st = image::WriteFile(a.out, *img);
-  if (!st.ok()) Fail(st.ToString(), 1);
+  if (!a.out.empty()) {
+    Status st = image::WriteFile(a.out, *img);
+    if (!st.ok()) Fail(st.ToString(), 1);
+  }
+  if (want_writing) WriteWriting(a, clip, *img, writing, stats.backend);
   std::printf(
       "%s: %dx%d %s on %s, seed %llu\n"
       "characters %d (font fallback %d, dropped %d), dabs %zu\n"
-      "total %.1f ms: background %.1f, strokes %.1f, diffusion %.1f, compose %.1f (heavy passes %.1f on %s)\n",
-      a.out.c_str(), opts.width, opts.height, std::string(render::StyleName(opts.style)).c_str(),
+      "total %.1f ms: background %.1f, strokes %.1f, diffusion %.1f, compose %.1f (heavy passes "
+      "%.1f on %s)\n",
+      a.out.empty() ? "(no image file)" : a.out.c_str(), opts.width, opts.height,
+      std::string(render::StyleName(opts.style)).c_str(),
       std::string(render::BackgroundName(opts.background)).c_str(),
       static_cast<unsigned long long>(opts.seed), stats.characters, stats.fallback_characters,
       stats.dropped_characters, stats.dabs, stats.total_ms, stats.background_ms, stats.strokes_ms,
@@ -103,6 +184,19 @@ void RegisterRenderCommand(CLI::App& app) {
   sub->add_option("--font", args->font, "fallback Kai font (default ukai.ttc)");
   sub->add_option("--backend", args->backend,
                   "heavy passes on: auto | cpu | gpu (default $DANQING_RENDER_BACKEND, else auto)");
-  sub->add_option("-o,--output", args->out, "output file (.png, .jpg)")->required();
+  sub->add_option("-o,--output", args->out, "output file (.png, .jpg)");
+  sub->add_option("--video", args->video, "also the writing as a video: H.264 in MP4 (.mp4)");
+  sub->add_option("--video-fps", args->video_fps, "video frame rate, 1..60 (default 30)");
+  sub->add_option("--video-seconds", args->video_seconds, "video length, 1..30 s (default 8)");
+  sub->add_option("--video-encoder", args->video_encoder,
+                  "auto | libx264 | h264_nvenc (default auto)");
+  sub->add_option("--video-preset", args->video_preset, "x264 preset (default veryfast)");
+  sub->add_option("--video-threads", args->video_threads, "encoder threads, 1..64 (default 1)");
+  sub->add_option("--writing", args->writing,
+                  "the write-time plane as a 16-bit grey PNG (ms, half resolution)");
+  sub->add_option("--frames", args->frames_dir,
+                  "a directory for JPEG frames of the writing (--frame-count)");
+  sub->add_option("--frame-count", args->frames,
+                  "frames at evenly spaced times, 0..100 (with --frames)");
   sub->callback([args] { Run(*args); });
 }

@@ -76,8 +76,22 @@ size_t DeviceBytesPerRender(int w, int h, size_t dabs, int photo_w, int photo_h)
 
 size_t DeviceBytesPerRender(const PassPlan& plan) {
   const size_t dabs = plan.dabs != nullptr ? plan.dabs->size() : 0;
-  if (plan.photo == nullptr) return DeviceBytesPerRender(plan.planes.w, plan.planes.h, dabs);
-  return DeviceBytesPerRender(plan.planes.w, plan.planes.h, dabs, plan.photo->w, plan.photo->h);
+  // The writing (issue 28): its capsules, the 32-bit and 16-bit write-time
+  // planes and the background RGB.
+  const CanvasPlanes cp = PlanesFor(plan.planes.w, plan.planes.h);
+  const size_t writing =
+      plan.writing == nullptr
+          ? 0
+          : std::max<size_t>(
+                1, plan.writing->segments != nullptr ? plan.writing->segments->size() : 0) *
+                    sizeof(WriteSegment) +
+                static_cast<size_t>(cp.ww) * static_cast<size_t>(cp.wh) *
+                    (4 + 2) +  // half resolution
+                static_cast<size_t>(cp.w) * static_cast<size_t>(cp.h) * 3;
+  if (plan.photo == nullptr)
+    return DeviceBytesPerRender(plan.planes.w, plan.planes.h, dabs) + writing;
+  return DeviceBytesPerRender(plan.planes.w, plan.planes.h, dabs, plan.photo->w, plan.photo->h) +
+         writing;
 }
 
 size_t DeviceTextureBytes() {

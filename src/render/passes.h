@@ -144,6 +144,53 @@ struct PhotoInput {
 PhotoInput CoverPhoto(const image::Image& photo, const CanvasPlanes& planes, float text_x0, float text_y0,
                       float text_x1, float text_y1);
 
+// The writing (issue 28): when the brush first reached each pixel, recorded
+// in the same render. The times are kept at the wet plane's half resolution
+// (ww x wh): canvas pixel (x, y) has the time of plane pixel
+// (min(x / 2, ww - 1), min(y / 2, wh - 1)). The Renderer turns its dab list
+// and the writing rhythm into WriteSegments (render/writing.h): runs of
+// consecutive dabs of one stroke as capsules on that plane, each covering
+// its dabs' footprints (the ink's reach, the wet halo, the 2x2 block), with
+// the brush's time running from t0 to t1 along it. A plane pixel's time is
+// the smallest over the capsules that hold its centre, t0 + (t1 - t0) * u at
+// the nearest point u (0..1) of the capsule's axis, rounded. A capsule
+// covers a stroke in a few pieces instead of a dab every pixel or two, so
+// the plane costs a small part of the ink pass.
+inline constexpr uint16_t kNotWritten = 0xFFFF;
+struct WriteSegment {
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // axis, half-resolution plane pixels
+  float r = 0;                           // radius, plane pixels
+  float t0 = 0, t1 = 0;                  // ms at (x0, y0) and (x1, y1), t0 <= t1 < kNotWritten
+};
+// The time a capsule gives the plane pixel whose centre is (px, py), or
+// kNotWritten outside it. Both backends use this arithmetic (nvcc compiles
+// it for the device too).
+#ifdef __CUDACC__
+#define DANQING_HOST_DEVICE __host__ __device__
+#else
+#define DANQING_HOST_DEVICE
+#endif
+DANQING_HOST_DEVICE inline uint16_t SegmentTime(const WriteSegment& s, float px, float py) {
+  const float dx = s.x1 - s.x0, dy = s.y1 - s.y0;
+  const float l2 = dx * dx + dy * dy;
+  float u = 0.0f;
+  if (l2 > 0.0f) {
+    u = ((px - s.x0) * dx + (py - s.y0) * dy) / l2;
+    u = u < 0.0f ? 0.0f : (u > 1.0f ? 1.0f : u);
+  }
+  const float qx = s.x0 + u * dx - px, qy = s.y0 + u * dy - py;
+  if (qx * qx + qy * qy > s.r * s.r) return kNotWritten;
+  return static_cast<uint16_t>(s.t0 + (s.t1 - s.t0) * u + 0.5f);
+}
+struct WritingPlan {
+  const std::vector<WriteSegment>* segments = nullptr;
+  uint16_t* ms_out = nullptr;  // ww*wh, kNotWritten where no capsule reached
+  // w*h*3 RGB: the page before the writing where the brush comes (every
+  // pixel whose time is not kNotWritten: paper, wash and blotches without
+  // ink); elsewhere the final image, which equals it there.
+  uint8_t* background_out = nullptr;
+};
+
 // Everything the heavy passes of one render need. They run in this order:
 // the background wash (a landscape or a photo), the ink of every dab, the
 // wet ink and its diffusion, the composition to RGB.
@@ -157,11 +204,14 @@ struct PassPlan {
   int diffuse_iterations = 1;
   // The colours and the fibre offset; its plane pointers are ignored.
   ComposeInputs look;
+  // Optional: also record the writing (nullptr: not asked for, no cost).
+  const WritingPlan* writing = nullptr;
 };
 // OK, or INTERNAL naming what is wrong: sizes that are not PlanesFor(w, h),
 // no dab list, not exactly one of landscape and photo, a photo whose window
 // is empty or not inside it (or whose pixels do not match its size), more
-// than kMaxRidges ridges. Both backends check it first.
+// than kMaxRidges ridges, a writing plan without its outputs or with a time
+// per dab that does not match the dab list. Both backends check it first.
 Status CheckPlan(const PassPlan& plan);
 
 // Wall time of each stage of Run, in milliseconds (on a device: between
@@ -210,8 +260,19 @@ class CpuPasses final : public Passes {
   // the resample runs on one thread, the rest on the pass's threads. A window
   // CheckPlan refuses gives an all-zero wash.
   void PhotoWash(const PhotoInput& photo, const CanvasPlanes& planes, Plane* wash) const;
-  // Paper, wash and ink to RGB8 (w*h*3 bytes).
-  void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) const;
+  // Paper, wash and ink to RGB8 (w*h*3 bytes). With `background`, also the
+  // writing's background (WritingPlan::background_out) from the same rows.
+  struct BackgroundOut {
+    uint8_t* rgb;        // w*h*3
+    const uint16_t* ms;  // the half-resolution time plane, ww x wh
+    int ww, wh;
+  };
+  void Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb,
+               const BackgroundOut* background = nullptr) const;
+  // The write time of every pixel (WritingPlan) into the half-resolution
+  // `ms` (ww x wh), which must hold kNotWritten before the first call.
+  void StampWriteTimes(const std::vector<WriteSegment>& segments, int ww, int wh,
+                       uint16_t* ms) const;
 
  private:
   int threads_;

@@ -89,8 +89,43 @@ void StampOne(const Dab& d, const Textures& tex, int ya, int yb, Plane* ink) {
   }
 }
 
+// One capsule on the half-resolution time plane, within rows [ya, yb).
+void StampSegment(const WriteSegment& s, int w, int ya, int yb, uint16_t* ms) {
+  const int x0 = std::max(0, static_cast<int>(std::floor(std::min(s.x0, s.x1) - s.r)));
+  const int x1 = std::min(w - 1, static_cast<int>(std::ceil(std::max(s.x0, s.x1) + s.r)));
+  const int y0 = std::max(ya, static_cast<int>(std::floor(std::min(s.y0, s.y1) - s.r)));
+  const int y1 = std::min(yb - 1, static_cast<int>(std::ceil(std::max(s.y0, s.y1) + s.r)));
+  for (int y = y0; y <= y1; ++y) {
+    uint16_t* row = ms + static_cast<size_t>(y) * static_cast<size_t>(w);
+    const float py = static_cast<float>(y) + 0.5f;
+    for (int x = x0; x <= x1; ++x) {
+      const uint16_t t = SegmentTime(s, static_cast<float>(x) + 0.5f, py);
+      if (t < row[x]) row[x] = t;
+    }
+  }
+}
+
 }  // namespace
 
+void CpuPasses::StampWriteTimes(const std::vector<WriteSegment>& segments, int ww, int wh,
+                                uint16_t* ms) const {
+  const int bands = (wh + kBand - 1) / kBand;
+  std::vector<std::vector<uint32_t>> bins(static_cast<size_t>(bands));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const WriteSegment& s = segments[i];
+    const float lo = std::min(s.y0, s.y1) - s.r - 1.0f, hi = std::max(s.y0, s.y1) + s.r + 1.0f;
+    if (hi < 0.0f || lo > static_cast<float>(wh)) continue;
+    const int b0 = std::max(0, static_cast<int>(lo) / kBand),
+              b1 = std::min(bands - 1, static_cast<int>(hi) / kBand);
+    for (int b = b0; b <= b1; ++b) bins[static_cast<size_t>(b)].push_back(static_cast<uint32_t>(i));
+  }
+  ParallelFor(threads_, bands, [&](int b0, int b1) {
+    for (int b = b0; b < b1; ++b) {
+      const int ya = b * kBand, yb = std::min(wh, ya + kBand);
+      for (uint32_t i : bins[static_cast<size_t>(b)]) StampSegment(segments[i], ww, ya, yb, ms);
+    }
+  });
+}
 
 void CpuPasses::StampDabs(const std::vector<Dab>& dabs, const Textures& tex, Plane* ink) const {
   auto bins = BinDabs(dabs, 1.0f, ink->h);
@@ -211,7 +246,8 @@ void CpuPasses::Landscape(const LandscapeParams& p, const Textures& tex, Plane* 
   });
 }
 
-void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb) const {
+void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int h, uint8_t* rgb,
+                        const BackgroundOut* background) const {
   const Plane& wash = *in.wash_low;
   const Plane* wet = in.wet_half;
   // Horizontal interpolation tables for the low-resolution planes.
@@ -287,6 +323,41 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
           float v = paper + (in.wash_rgb[c] - paper) * wa;
           v = v + (in.ink_rgb[c] - v) * a;
           out[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
+        }
+      }
+      if (background == nullptr) continue;
+      // The writing's background: the same pixel without the ink where the
+      // brush comes, the final pixel elsewhere (equal there).
+      uint8_t* bg = background->rgb + static_cast<size_t>(y) * static_cast<size_t>(w) * 3;
+      std::copy_n(out, static_cast<size_t>(w) * 3, bg);
+      const int ww = background->ww;
+      const uint16_t* ms =
+          background->ms +
+          static_cast<size_t>(std::min(y / 2, background->wh - 1)) * static_cast<size_t>(ww);
+      for (int x = 0; x < w; ++x) {
+        if (ms[std::min(x / 2, ww - 1)] == kNotWritten) {
+          x |= 1;  // the block's other pixel has the same time (x / 2 < ww - 1 here, or the last
+                   // block)
+          continue;
+        }
+        const size_t xs = static_cast<size_t>(x);
+        // No ink and no wet halo here: the final pixel is the background.
+        if (ink[x] <= 0.0f) {
+          if (wet == nullptr) continue;
+          const size_t j = static_cast<size_t>(wet_tab.i0[xs]);
+          if (wet_row[j] <= 0.0f && wet_row[j + 1] <= 0.0f) continue;
+        }
+        float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
+        const size_t i = static_cast<size_t>(wash_tab.i0[xs]);
+        const float t = wash_tab.t[xs];
+        float bl = blotch_row[i] + (blotch_row[i + 1] - blotch_row[i]) * t;
+        float wa = wash_row[i] + (wash_row[i + 1] - wash_row[i]) * t;
+        float paper_k = 1.0f - 0.05f * (fib - 0.5f) - 0.06f * (bl - 0.5f);
+        wa = std::clamp(wa * (0.85f + 0.3f * fib), 0.0f, 1.0f);
+        for (int c = 0; c < 3; ++c) {
+          float paper = in.paper_rgb[c] * paper_k;
+          float v = paper + (in.wash_rgb[c] - paper) * wa;
+          bg[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
         }
       }
     }
@@ -420,6 +491,12 @@ void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Pla
   const auto t1 = Clock::now();
   ink.Reset(pl.w, pl.h);
   StampDabs(*plan.dabs, tex, &ink);
+  const WritingPlan* writing = plan.writing;
+  if (writing != nullptr) {
+    std::fill_n(writing->ms_out, static_cast<size_t>(pl.ww) * static_cast<size_t>(pl.wh),
+                kNotWritten);
+    StampWriteTimes(*writing->segments, pl.ww, pl.wh, writing->ms_out);
+  }
   const auto t2 = Clock::now();
   wet.Reset(pl.ww, pl.wh);
   StampWet(*plan.dabs, pl.wet_scale(), &wet);
@@ -429,7 +506,12 @@ void CpuPasses::Run(const PassPlan& plan, const Textures& tex, uint8_t* rgb, Pla
   in.wash_low = &wash;
   in.ink = &ink;
   in.wet_half = &wet;
-  Compose(in, tex, pl.w, pl.h, rgb);
+  if (writing != nullptr) {
+    const BackgroundOut bg{writing->background_out, writing->ms_out, pl.ww, pl.wh};
+    Compose(in, tex, pl.w, pl.h, rgb, &bg);
+  } else {
+    Compose(in, tex, pl.w, pl.h, rgb);
+  }
   const auto t4 = Clock::now();
   if (ink_out != nullptr) *ink_out = ink;
   if (static_cast<int64_t>(pl.w) * pl.h > 3840LL * 2160LL) {
@@ -466,6 +548,17 @@ Status CheckPlan(const PassPlan& plan) {
   }
   if (plan.landscape != nullptr && plan.landscape->ridges.size() > static_cast<size_t>(kMaxRidges)) {
     return Internal("pass plan: more than " + std::to_string(kMaxRidges) + " ridges");
+  }
+  if (const WritingPlan* wr = plan.writing; wr != nullptr) {
+    if (wr->segments == nullptr) return Internal("pass plan: the writing has no segments");
+    if (wr->ms_out == nullptr || wr->background_out == nullptr) {
+      return Internal("pass plan: the writing has nowhere to go");
+    }
+    for (const WriteSegment& s : *wr->segments) {
+      if (!(s.r >= 0.0f && s.r < 4096.0f && s.t0 >= 0.0f && s.t0 <= s.t1 && s.t1 < kNotWritten)) {
+        return Internal("pass plan: a write segment with a bad radius or times");
+      }
+    }
   }
   return Status::Ok();
 }

@@ -134,6 +134,32 @@ __global__ void StampKernel(const Dab* dabs, DevTex tex, float* ink, int w, int 
   }
 }
 
+// The write time (WritingPlan), one block per capsule: the earliest time
+// wins through an integer atomicMin, as the CPU's min.
+__global__ void WriteTimeKernel(const WriteSegment* segs, unsigned int* ms, int w, int h) {
+  const WriteSegment sg = segs[blockIdx.x];
+  const int x0 = max(0, static_cast<int>(floorf(fminf(sg.x0, sg.x1) - sg.r)));
+  const int x1 = min(w - 1, static_cast<int>(ceilf(fmaxf(sg.x0, sg.x1) + sg.r)));
+  const int y0 = max(0, static_cast<int>(floorf(fminf(sg.y0, sg.y1) - sg.r)));
+  const int y1 = min(h - 1, static_cast<int>(ceilf(fmaxf(sg.y0, sg.y1) + sg.r)));
+  if (x0 > x1 || y0 > y1) return;
+  const int bw = x1 - x0 + 1, n = bw * (y1 - y0 + 1);
+  for (int k = threadIdx.x; k < n; k += blockDim.x) {
+    const int x = x0 + k % bw, y = y0 + k / bw;
+    const unsigned int t =
+        SegmentTime(sg, static_cast<float>(x) + 0.5f, static_cast<float>(y) + 0.5f);
+    if (t < kNotWritten) atomicMin(&ms[static_cast<size_t>(y) * w + x], t);
+  }
+}
+
+// The 32-bit write times (atomicMin needs them) to the 16-bit plane sent back.
+__global__ void NarrowTimesKernel(const unsigned int* in, uint16_t* out, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  const unsigned int v = in[i];
+  out[i] = static_cast<uint16_t>(v < kNotWritten ? v : kNotWritten);
+}
+
 __global__ void WetKernel(const Dab* dabs, float scale, float* wet, int w, int h) {
   const Dab d = dabs[blockIdx.x];
   if (d.wet <= 0.0f) return;
@@ -323,8 +349,17 @@ struct ComposeArgs {
   int has_wet;
 };
 
-__global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, const float* ink, ComposeArgs a,
-                              DevTex tex, uint8_t* rgb, int w, int h) {
+// The writing's background (WritingPlan): the page without ink where the
+// half-resolution time plane has a time, the final image elsewhere.
+struct BackgroundArgs {
+  uint8_t* out;  // nullptr: no writing
+  const uint16_t* ms;
+  int ww, wh;
+};
+
+__global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, const float* ink,
+                              ComposeArgs a, DevTex tex, uint8_t* rgb, BackgroundArgs bg, int w,
+                              int h) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
   if (x >= w || y >= h) return;
@@ -342,11 +377,18 @@ __global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, cons
     }
   }
   uint8_t* out = rgb + (static_cast<size_t>(y) * w + x) * 3;
+  const bool timed =
+      bg.out != nullptr &&
+      bg.ms[static_cast<size_t>(min(y / 2, bg.wh - 1)) * bg.ww + min(x / 2, bg.ww - 1)] !=
+          kNotWritten;
   for (int c = 0; c < 3; ++c) {
     float paper = a.paper[c] * paper_k;
     float v = paper + (a.wash[c] - paper) * wa;
+    const uint8_t under = static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
     v = v + (a.ink[c] - v) * al;
     out[c] = static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
+    if (bg.out != nullptr)
+      bg.out[(static_cast<size_t>(y) * w + x) * 3 + c] = timed ? under : out[c];
   }
 }
 
@@ -395,10 +437,13 @@ class CudaPasses final : public Passes {
  public:
   CudaPasses(CudaContext::Impl* ctx, size_t reserved) : ctx_(ctx), reserved_(reserved) {}
   ~CudaPasses() override {
-    for (void* p : {static_cast<void*>(ink_), static_cast<void*>(wet_[0]), static_cast<void*>(wet_[1]),
-                    static_cast<void*>(wash_), static_cast<void*>(blotch_), static_cast<void*>(rgb_),
-                    static_cast<void*>(dabs_), static_cast<void*>(ridge_y_), static_cast<void*>(ridges_),
-                    static_cast<void*>(photo_), static_cast<void*>(tap_index_), static_cast<void*>(tap_weights_)}) {
+    for (void* p :
+         {static_cast<void*>(ink_), static_cast<void*>(wet_[0]), static_cast<void*>(wet_[1]),
+          static_cast<void*>(wash_), static_cast<void*>(blotch_), static_cast<void*>(rgb_),
+          static_cast<void*>(dabs_), static_cast<void*>(ridge_y_), static_cast<void*>(ridges_),
+          static_cast<void*>(photo_), static_cast<void*>(tap_index_),
+          static_cast<void*>(tap_weights_), static_cast<void*>(segs_), static_cast<void*>(times32_),
+          static_cast<void*>(times16_), static_cast<void*>(background_)}) {
       if (p == nullptr) continue;
       if (ctx_->pools) cudaFreeAsync(p, stream_);  // after the stream's work, back to the pool
       else cudaFree(p);
@@ -451,6 +496,16 @@ class CudaPasses final : public Passes {
         return status_;
       }
     }
+    if (plan.writing != nullptr) {
+      writing_ = true;
+      max_segs_ = std::max<size_t>(
+          1, plan.writing->segments != nullptr ? plan.writing->segments->size() : 0);
+      if (!Alloc(&segs_, max_segs_ * sizeof(WriteSegment)) ||
+          !Alloc(&times32_, Px(pl_.ww, pl_.wh) * 4) || !Alloc(&times16_, Px(pl_.ww, pl_.wh) * 2) ||
+          !Alloc(&background_, Px(pl_.w, pl_.h) * 3)) {
+        return status_;
+      }
+    }
     for (cudaEvent_t& e : events_) {
       if (!Ok(cudaEventCreate(&e), "cudaEventCreate")) return status_;
     }
@@ -482,6 +537,11 @@ class CudaPasses final : public Passes {
       status_ = Internal("cuda passes: the plan's photo window is not the one reserved");
       return;
     }
+    const WritingPlan* writing = plan.writing;
+    if (writing != nullptr && (!writing_ || writing->segments->size() > max_segs_)) {
+      status_ = Internal("cuda passes: the writing was not reserved");
+      return;
+    }
     const dim3 block(32, 8);
     if (!Ok(cudaEventRecord(events_[0], stream_), "cudaEventRecord")) return;
     // Background wash.
@@ -500,6 +560,25 @@ class CudaPasses final : public Passes {
     if (!dabs.empty()) {
       DQ_LAUNCH(StampKernel, static_cast<unsigned>(dabs.size()), 128, stream_, dabs_, ctx_->tex, ink_, p.w, p.h);
       if (!Ok(cudaGetLastError(), "StampKernel")) return;
+    }
+    if (writing != nullptr) {
+      if (!Ok(cudaMemsetAsync(times32_, 0xff, Px(p.ww, p.wh) * 4, stream_), "clear write times"))
+        return;
+      const std::vector<WriteSegment>& segs = *writing->segments;
+      if (!segs.empty()) {
+        if (!Ok(cudaMemcpyAsync(segs_, segs.data(), segs.size() * sizeof(WriteSegment),
+                                cudaMemcpyHostToDevice, stream_),
+                "upload write segments")) {
+          return;
+        }
+        DQ_LAUNCH(WriteTimeKernel, static_cast<unsigned>(segs.size()), 128, stream_, segs_,
+                  times32_, p.ww, p.wh);
+        if (!Ok(cudaGetLastError(), "WriteTimeKernel")) return;
+      }
+      const int n = static_cast<int>(Px(p.ww, p.wh));
+      DQ_LAUNCH(NarrowTimesKernel, static_cast<unsigned>((n + 255) / 256), 256, stream_, times32_,
+                times16_, n);
+      if (!Ok(cudaGetLastError(), "NarrowTimesKernel")) return;
     }
     if (!Ok(cudaEventRecord(events_[2], stream_), "cudaEventRecord")) return;
     // Wet ink and its diffusion, over the box the dabs can have wetted grown
@@ -541,10 +620,22 @@ class CudaPasses final : public Passes {
     a.fibre_dy = plan.look.fibre_dy;
     a.has_wet = 1;
     LowPlane lwash{wash_, p.lw, p.lh}, lblotch{blotch_, p.lw, p.lh}, lwet{wet_[cur], p.ww, p.wh};
-    DQ_LAUNCH(ComposeKernel, Grid2(p.w, p.h, block), block, stream_, lwash, lblotch, lwet, ink_, a, ctx_->tex, rgb_,
+    DQ_LAUNCH(ComposeKernel, Grid2(p.w, p.h, block), block, stream_, lwash, lblotch, lwet, ink_, a,
+              ctx_->tex, rgb_,
+              writing != nullptr ? BackgroundArgs{background_, times16_, p.ww, p.wh}
+                                 : BackgroundArgs{nullptr, nullptr, 1, 1},
               p.w, p.h);
     if (!Ok(cudaGetLastError(), "ComposeKernel")) return;
     if (!Ok(cudaMemcpyAsync(rgb, rgb_, Px(p.w, p.h) * 3, cudaMemcpyDeviceToHost, stream_), "download rgb")) return;
+    if (writing != nullptr &&
+        (!Ok(cudaMemcpyAsync(writing->ms_out, times16_, Px(p.ww, p.wh) * 2, cudaMemcpyDeviceToHost,
+                             stream_),
+             "download write times") ||
+         !Ok(cudaMemcpyAsync(writing->background_out, background_, Px(p.w, p.h) * 3,
+                             cudaMemcpyDeviceToHost, stream_),
+             "download background"))) {
+      return;
+    }
     if (!Ok(cudaEventRecord(events_[4], stream_), "cudaEventRecord")) return;
     if (ink_out != nullptr) {
       ink_out->Reset(p.w, p.h);
@@ -673,6 +764,13 @@ class CudaPasses final : public Passes {
   int photo_w_ = 0, photo_h_ = 0;
   int* tap_index_ = nullptr;
   float* tap_weights_ = nullptr;
+  // The writing (issue 28), when the plan asks for it.
+  bool writing_ = false;
+  WriteSegment* segs_ = nullptr;
+  size_t max_segs_ = 0;
+  unsigned int* times32_ = nullptr;
+  uint16_t* times16_ = nullptr;
+  uint8_t* background_ = nullptr;
   std::vector<int> host_tap_index_;
   std::vector<float> host_tap_weights_;
 };

@@ -18,6 +18,7 @@
 #include "render/passes_cuda.h"
 #include "render/random.h"
 #include "render/stroke_data.h"
+#include "render/writing.h"
 
 #ifndef DANQING_BUILD_DATA_DIR
 #define DANQING_BUILD_DATA_DIR ""
@@ -360,8 +361,14 @@ Result<image::Image> Renderer::Render(const Inscription& text, const RenderOptio
   return RenderDetailed(text, opts, stats, nullptr);
 }
 
+Result<image::Image> Renderer::Render(const Inscription& text, const RenderOptions& opts,
+                                      RenderStats* stats, Writing* writing) const {
+  return RenderDetailed(text, opts, stats, nullptr, writing);
+}
+
 Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const RenderOptions& opts,
-                                              RenderStats* stats_out, Detail* detail) const {
+                                              RenderStats* stats_out, Detail* detail,
+                                              Writing* writing) const {
   const auto t0 = Clock::now();
   const int w = opts.width, h = opts.height;
   if (w < kMinSide || h < kMinSide || w > kMaxSide || h > kMaxSide ||
@@ -472,10 +479,14 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   PenPoint prev_last;
   int prev_run = -1;
   Role prev_role = Role::kPoem;
+  std::vector<WrittenSpan> spans;  // the writing's characters (only when asked for)
+  bool reloaded = false;
   for (size_t i = 0; i < layout.cells.size(); ++i) {
     const Cell& cell = layout.cells[i];
     Rng cr(opts.seed, 0xc000u + i);
+    const size_t span_begin = dabs.size();
     if (until_reload-- <= 0) {
+      reloaded = true;
       ink.load = 0.9f + 0.1f * cr.Uniform();
       until_reload = style.reload_min + cr.Int(style.reload_max - style.reload_min + 1);
     }
@@ -505,10 +516,23 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
         continue;
       }
     }
+    const size_t span_link = dabs.size();
     if (prev_last.valid && first.valid && cell.run == prev_run && cell.role == prev_role &&
         cr.Uniform() < cs.brush.link_chars) {
       PlanHairline(prev_last, first, cell.size * 1.6f, cr, ink, &dabs);
     }
+    if (writing != nullptr) {
+      WrittenSpan sp;
+      sp.begin = span_begin;
+      sp.link = span_link;
+      sp.end = dabs.size();
+      sp.cell = cell.size;
+      sp.run = cell.run;
+      sp.role = static_cast<int>(cell.role);
+      sp.reload = reloaded;
+      spans.push_back(sp);
+    }
+    reloaded = false;
     prev_last = last;
     prev_run = cell.run;
     prev_role = cell.role;
@@ -533,6 +557,29 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   plan.look.fibre_dy = static_cast<int>((opts.seed / 512) % 512);
   if (photo_bg) {
     plan.look.paper_rgb[0] = 238; plan.look.paper_rgb[1] = 232; plan.look.paper_rgb[2] = 216;
+  }
+  // The writing: each dab's time, and where the passes put the planes.
+  WritingSchedule schedule;
+  WritingPlan writing_plan;
+  std::vector<WriteSegment> segments;
+  if (writing != nullptr) {
+    schedule = ScheduleWriting(dabs, spans, opts.style);
+    writing->width = w;
+    writing->height = h;
+    writing->plane_width = planes.ww;
+    writing->plane_height = planes.wh;
+    writing->ms.resize(static_cast<size_t>(planes.ww) *
+                       static_cast<size_t>(planes.wh));  // the passes fill it
+    writing->background.width = w;
+    writing->background.height = h;
+    writing->background.rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
+    writing->seal_ms = schedule.seal_ms;
+    writing->end_ms = schedule.end_ms;
+    segments = BuildWriteSegments(dabs, schedule.dab_ms, WritingHaloPx(plan.diffuse_iterations));
+    writing_plan.segments = &segments;
+    writing_plan.ms_out = writing->ms.data();
+    writing_plan.background_out = writing->background.rgb.data();
+    plan.writing = &writing_plan;
   }
   Plane detail_ink;
   PassTimes times;
@@ -581,7 +628,21 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   if (seal_chars.size() < 2) seal_chars = {U'丹', U'青'};
   if (seal_chars.size() == 3) seal_chars.resize(2);
   DrawSeal(seal_chars, strokes_.get(), font_.get(), layout.seal_x, layout.seal_y, layout.seal_size, *textures_, rng, &img);
-
+  if (writing != nullptr) {
+    // The seal's square (as DrawSeal walks it) is stamped at once, last:
+    // every plane pixel whose block it touches.
+    const int n = static_cast<int>(std::ceil(layout.seal_size));
+    const uint16_t at = static_cast<uint16_t>(std::min<uint32_t>(schedule.seal_ms, kMaxWritingMs));
+    if (n >= 6) {
+      const int x0 = std::max(0, static_cast<int>(layout.seal_x)),
+                y0 = std::max(0, static_cast<int>(layout.seal_y));
+      const int x1 = std::min(w - 1, static_cast<int>(layout.seal_x) + n - 1);
+      const int y1 = std::min(h - 1, static_cast<int>(layout.seal_y) + n - 1);
+      for (int y = y0; y <= y1; ++y) {
+        for (int x = x0; x <= x1; ++x) writing->ms[writing->PlaneIndex(x, y)] = at;
+      }
+    }
+  }
   if (detail != nullptr) detail->ink = std::move(detail_ink.v);
   stats.total_ms = Ms(t0, Clock::now());
   if (stats_out != nullptr) *stats_out = stats;

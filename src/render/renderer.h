@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "image/image.h"
@@ -81,6 +82,29 @@ struct RenderStats {
   std::string gpu_error;        // non-empty: the GPU could not take or finish it, the CPU did
 };
 
+// The writing (issue 28), recorded in the same render when asked for: when
+// the brush first reached each pixel, in writing order with the brush's
+// rhythm (render/writing.h), and the page before any writing. A player shows
+// `background` and, at time t, the final image wherever ms <= t; from end_ms
+// on, the final image. Every pixel where the final image differs from the
+// background has a time (the seal's square has seal_ms).
+struct Writing {
+  int width = 0, height = 0;  // the canvas
+  // The times, at half resolution (plane_width x plane_height, w/2 x h/2):
+  // milliseconds from the start, 0xFFFF where the brush never came.
+  int plane_width = 0, plane_height = 0;
+  std::vector<uint16_t> ms;
+  // The plane pixel of canvas pixel (x, y).
+  size_t PlaneIndex(int x, int y) const {
+    const int px = x / 2 < plane_width - 1 ? x / 2 : plane_width - 1;
+    const int py = y / 2 < plane_height - 1 ? y / 2 : plane_height - 1;
+    return static_cast<size_t>(py) * static_cast<size_t>(plane_width) + static_cast<size_t>(px);
+  }
+  image::Image background;   // the painting without ink and seal
+  uint32_t seal_ms = 0;      // when the seal is stamped
+  uint32_t end_ms = 0;       // the whole writing, the seal and a short hold included
+};
+
 class Passes;
 struct PassPlan;
 
@@ -120,6 +144,10 @@ class Renderer {
   // Thread-safe: many renders may run at once on one Renderer.
   Result<image::Image> Render(const Inscription& text, const RenderOptions& opts,
                               RenderStats* stats = nullptr) const;
+  // The same render, also recording the writing into `writing` (nullptr:
+  // not recorded, as the plain Render).
+  Result<image::Image> Render(const Inscription& text, const RenderOptions& opts,
+                              RenderStats* stats, Writing* writing) const;
   bool HasStrokes(char32_t c) const;  // in the stroke data
   bool CanRender(char32_t c) const;   // strokes or the fallback font
 
@@ -146,7 +174,8 @@ class Renderer {
     std::vector<float> ink;  // width*height
   };
   Result<image::Image> RenderDetailed(const Inscription& text, const RenderOptions& opts,
-                                      RenderStats* stats, Detail* detail) const;
+                                      RenderStats* stats, Detail* detail,
+                                      Writing* writing = nullptr) const;
   const GlyphFont* font() const { return font_.get(); }
   const StrokeData* strokes() const { return strokes_.get(); }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "image/image.h"
@@ -27,6 +28,18 @@ struct InscriptionJob {
   bool vertical = true;
   uint64_t seed = 0;
   const image::Image* photo = nullptr;  // the visitor's photo (always set by the service)
+  // Issue 28: when set, the render also records the writing into it.
+  std::shared_ptr<struct WritingPlanes> writing;
+};
+
+// The writing (issue 28; render::Writing): when the brush first reached each
+// pixel, at half resolution (plane_width x plane_height, ms, 0xFFFF never),
+// and the page before the writing.
+struct WritingPlanes {
+  int plane_width = 0, plane_height = 0;
+  std::vector<uint16_t> ms;
+  image::Image background;
+  uint32_t seal_ms = 0, end_ms = 0;
 };
 
 // Which backend drew one inscription, and why not the GPU when it was meant to.

@@ -176,7 +176,20 @@ Metrics::Metrics()
       renders(
           "danqing_renders_total",
           "Inscriptions rendered, by the backend that ran the heavy passes; gpu_fallback=\"true\": "
-          "the GPU could not take or finish the render and the CPU did.") {}
+          "the GPU could not take or finish the render and the CPU did."),
+      video_seconds("danqing_video_encode_seconds",
+                    "Time to encode the writing as a video, by encoder.", "encoder",
+                    {0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60}),
+      videos("danqing_videos_total",
+             "Video requests by encoder (libx264, h264_nvenc; cache: served from the inscription's "
+             "cache; none: "
+             "refused) and result (ok, error, bad_request, busy, queue_full, deadline, draining)."),
+      video_bytes("danqing_video_bytes_total", "Bytes of video encoded, by encoder."),
+      video_nvenc_fallbacks(
+          "danqing_video_nvenc_fallbacks_total",
+          "Videos that asked for h264_nvenc (a GPU in use) and were encoded with libx264 "
+          "because NVENC did not open (no NVENC on the GPU, e.g. Hopper H100/H200, or no "
+          "driver).") {}
 
 std::string Metrics::Render() const {
   std::string out;
@@ -187,6 +200,10 @@ std::string Metrics::Render() const {
   stage_busy.Write(&out);
   rejected.Write(&out);
   renders.Write(&out);
+  video_seconds.Write(&out);
+  videos.Write(&out);
+  video_bytes.Write(&out);
+  video_nvenc_fallbacks.Write(&out);
   const auto gauge = [&](const char* name, const char* help, int64_t v) {
     Header(&out, name, help, "gauge");
     out += std::string(name) + " " + std::to_string(v) + "\n";

@@ -111,6 +111,11 @@ struct Metrics {
   std::atomic<int64_t> gpu_lost{0};        // danqing_render_gpu_lost
   std::string backend = "cpu";             // danqing_render_backend_info{backend}
   std::string perceiver = "opencv-classic";  // danqing_perceiver_info{perceiver}
+  // The writing as a video (issue 28).
+  Histogram video_seconds;               // danqing_video_encode_seconds{encoder}
+  LabeledCounter videos;                 // danqing_videos_total{encoder,result}
+  LabeledCounter video_bytes;            // danqing_video_bytes_total{encoder}
+  LabeledCounter video_nvenc_fallbacks;  // danqing_video_nvenc_fallbacks_total{reason}
 
   // One stage of an inscription: its histogram and its busy seconds.
   void ObserveStage(const std::string& stage, double seconds);

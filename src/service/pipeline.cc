@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/utf8.h"
+#include "image/png16.h"
 #include "render/passes.h"
 #include "render/renderer.h"
 
@@ -233,6 +234,7 @@ Result<Pipeline::Rendered> Pipeline::RunToCanvas(std::span<const uint8_t> bytes,
   job.vertical = o.vertical;
   job.seed = seed;
   job.photo = &photo.value();
+  if (o.writing) job.writing = std::make_shared<WritingPlanes>();
   RenderOutcome outcome;
   auto canvas = renderer_->Render(job, &outcome);
   if (!canvas.ok()) return canvas.status();
@@ -261,6 +263,18 @@ Result<InscriptionResult> Pipeline::Encode(Rendered rendered) const {
   if (!encoded.ok()) return encoded.status();
   r.image = std::move(encoded).value();
   r.content_type = jpeg ? "image/jpeg" : "image/png";
+  if (job.writing != nullptr &&
+      !job.writing->ms.empty()) {  // issue 28: the writing's plane and background
+    const WritingPlanes& wp = *job.writing;
+    auto png = image::EncodePngGrey16(image::Grey16{wp.plane_width, wp.plane_height, wp.ms});
+    if (!png.ok()) return png.status();
+    auto bg = image::EncodeJpeg(wp.background, 90);
+    if (!bg.ok()) return bg.status();
+    r.writing_png = std::move(png).value();
+    r.background_jpeg = std::move(bg).value();
+    r.writing_end_ms = wp.end_ms;
+    r.writing_seal_ms = wp.seal_ms;
+  }
   r.timings.encode_ms = Ms(t);
   r.timings.encode_cpu_ms = ThreadCpuMs() - cpu;
   // From the start of the decode: includes any wait between the render

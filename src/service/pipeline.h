@@ -31,6 +31,7 @@ struct InscribeOptions {
   std::string text;       // the visitor's own verse; empty: choose one
   std::string title;      // with text: optional title
   std::string signature;  // with text: optional signature
+  bool writing = false;   // also record the writing (issue 28): InscriptionResult::writing_*
 };
 
 struct Timings {
@@ -59,6 +60,11 @@ struct InscriptionResult {
   std::chrono::steady_clock::time_point render_began, render_ended;
   std::string backend;        // which backend drew it: "cpu", "cuda"
   bool gpu_fallback = false;  // the GPU could not take or finish it; the CPU did
+  // The writing (issue 28), with InscribeOptions::writing: the write-time
+  // plane as a 16-bit grey PNG (ms, half resolution, 0xFFFF never) and the
+  // page before the writing (JPEG, quality 90); empty without.
+  std::string writing_png, background_jpeg;
+  uint32_t writing_end_ms = 0, writing_seal_ms = 0;
 };
 
 struct PipelineLimits {

@@ -29,8 +29,18 @@ class CalligraphyRenderer final : public InscriptionRenderer {
     o.photo = job.photo;
     o.threads = threads_;
     render::RenderStats stats;
-    auto img = renderer_->Render(text, o, &stats);
+    render::Writing writing;
+    auto img = renderer_->Render(text, o, &stats, job.writing != nullptr ? &writing : nullptr);
     if (outcome != nullptr) *outcome = RenderOutcome{stats.backend, stats.gpu_error};
+    if (job.writing != nullptr && img.ok()) {
+      WritingPlanes* w = job.writing.get();
+      w->plane_width = writing.plane_width;
+      w->plane_height = writing.plane_height;
+      w->ms = std::move(writing.ms);
+      w->background = std::move(writing.background);
+      w->seal_ms = writing.seal_ms;
+      w->end_ms = writing.end_ms;
+    }
     return img;
   }
   bool CanRender(char32_t c) const override { return renderer_->CanRender(c); }

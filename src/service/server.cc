@@ -30,7 +30,7 @@ thread_local std::optional<Clock::time_point> t_request_start;
 std::string RouteOf(const std::string& path) {
   if (path == "/v1/inscriptions") return "/v1/inscriptions";
   if (path.rfind("/v1/inscriptions/", 0) == 0) {
-    for (const char* tail : {"/image", "/events", "/qr"}) {
+    for (const char* tail : {"/image", "/events", "/qr", "/writing", "/background", "/video"}) {
       const size_t n = std::strlen(tail);
       if (path.size() > n && path.compare(path.size() - n, n, tail) == 0) {
         return "/v1/inscriptions/{id}" + std::string(tail);
@@ -243,6 +243,16 @@ std::string InscriptionJson(const std::string& id, const InscriptionResult& r,
       {"backend", backend},
       {"gpu_fallback", r.gpu_fallback},
   };
+  if (!r.writing_png.empty()) {  // issue 28: the page plays the writing from these
+    j["writing"] = {{"plane_url", "/v1/inscriptions/" + id + "/writing"},
+                    {"background_url", "/v1/inscriptions/" + id + "/background"},
+                    {"video_url", "/v1/inscriptions/" + id + "/video"},
+                    {"encoding", "png-grey16-ms-half"},
+                    {"end_ms", r.writing_end_ms},
+                    {"seal_ms", r.writing_seal_ms},
+                    {"plane_bytes", r.writing_png.size()},
+                    {"background_bytes", r.background_jpeg.size()}};
+  }
   return j.dump();
 }
 
@@ -379,6 +389,8 @@ void Server::Routes() {
     res.set_content(std::string(IndexHtml()), "text/html; charset=utf-8");
   });
   ProbeRoutes(s);
+  // GET /v1/inscriptions/{id}[/writing|/background|/video] (server_writing.cc).
+  WritingRoutes(s);
   // GET /v1/inscriptions/{id}[/image|/events|/qr], /wall (server_jobs.cc).
   JobRoutes();
   s.Post("/v1/inscriptions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -424,6 +436,13 @@ void Server::Routes() {
     o.text = Option(req, "text", "");
     o.title = Option(req, "title", "");
     o.signature = Option(req, "signature", "");
+    // Issue 28: also record the writing (for the page's animation and the video).
+    const auto writing = Flag(Option(req, "writing", "false"));
+    if (!writing) {
+      metrics_->rejected.Add("reason=\"bad_options\"");
+      return Error(res, 400, "writing must be true or false");
+    }
+    o.writing = *writing;
     if (Status st = pipeline_->Validate(o); !st.ok()) {
       metrics_->rejected.Add("reason=\"bad_options\"");
       return Error(res, 400, st.message());
@@ -531,6 +550,11 @@ void Server::Routes() {
     stored->json = InscriptionJson(id, r, r.backend.empty() ? metrics_->backend : r.backend);
     stored->image = std::move(r.image);
     stored->content_type = r.content_type;
+    stored->writing_png = std::move(r.writing_png);  // issue 28
+    stored->background_jpeg = std::move(r.background_jpeg);
+    stored->writing_end_ms = r.writing_end_ms;
+    stored->backend = r.backend;
+    stored->videos = std::make_shared<VideoCache>();
     Store(id, stored);
     res.set_header("X-Danqing-Inscription-Id", id);
     res.set_header("Location", "/v1/inscriptions/" + id);

@@ -9,6 +9,9 @@
 //                                  `Accept: application/json` (or ?response=json).
 //   GET  /v1/inscriptions/{id}       the JSON of a recent inscription
 //   GET  /v1/inscriptions/{id}/image the image of a recent inscription
+//   GET  /v1/inscriptions/{id}/writing    its write-time plane (16-bit PNG), with writing=true
+//   GET  /v1/inscriptions/{id}/background the page before the writing (JPEG)
+//   GET  /v1/inscriptions/{id}/video      the writing as H.264/MP4 (?fps=&seconds=)
 //   GET  /                         the upload page
 //   GET  /healthz /readyz /metrics
 //
@@ -94,6 +97,8 @@ struct ServerOptions {
   size_t max_event_streams = 16;      // SSE streams open at once (each holds a thread)
   // The visitor is the last X-Forwarded-For hop (set behind a proxy that adds it).
   bool trust_forwarded_for = false;
+  // Tests (issue 28): the video encoder fails after this many frames (-1: never).
+  int video_fail_after_frames = -1;
 };
 
 class Server {
@@ -131,10 +136,20 @@ class Server {
 
  private:
   struct Pending;  // an accepted inscription's answer, awaited by its handler
+  // The videos made of one inscription, by "fps/seconds" (at most 2 kept).
+  struct VideoCache {
+    std::mutex mu;
+    std::map<std::string, std::shared_ptr<const std::string>> mp4;  // guarded by mu
+  };
   struct Stored {
     std::string json;
     std::string image;
     std::string content_type;
+    // The writing (issue 28), when asked for: InscriptionResult's.
+    std::string writing_png, background_jpeg;
+    uint32_t writing_end_ms = 0;
+    std::string backend;
+    std::shared_ptr<VideoCache> videos;
   };
   void Routes();
   // server_jobs.cc: the job routes, the claim loop and their metrics.
@@ -152,6 +167,9 @@ class Server {
   Status StoreHealth();
   std::string JobMetrics();
   double LocalRate() const;
+  // GET .../writing, .../background, .../video (issue 28; server_writing.cc).
+  void WritingRoutes(http::BoundedServer& s);
+  std::atomic<size_t> videos_in_flight_{0};
   void ProbeRoutes(http::BoundedServer& s);
   void Store(const std::string& id, std::shared_ptr<const Stored> stored);
   std::shared_ptr<const Stored> Find(const std::string& id) const;

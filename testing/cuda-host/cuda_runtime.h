@@ -156,6 +156,11 @@ inline int atomicMax(int* p, int v) {
   if (v > old) *p = v;
   return old;
 }
+inline unsigned int atomicMin(unsigned int* p, unsigned int v) {
+  const unsigned int old = *p;
+  if (v < old) *p = v;
+  return old;
+}
 
 namespace cudahost {
 

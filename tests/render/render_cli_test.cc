@@ -158,4 +158,49 @@ TEST(RenderCliTest, BadInputExitCodes) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// Issue 28: --video writes an MP4 of the writing, --writing its 16-bit
+// plane, --frames a strip; bounds are exit code 2 naming the flag; nothing
+// to write is a usage error.
+TEST(RenderCliTest, VideoWritingAndFrames) {
+  const std::string dir = testing::TempDir() + "/cli_writing";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string base =
+      "render --text '白日依山尽，黄河入海流。' --title 登鹳雀楼 --size 320x200 --seed 5 ";
+  auto [rc, out] = RunCliOutput("", base + "--video " + dir +
+                                        "/w.mp4 --video-seconds 2 --video-fps 5 --writing " + dir +
+                                        "/w.png --frames " + dir + " --frame-count 3");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("10 frames at 5 fps"), std::string::npos) << out;
+  EXPECT_NE(out.find("libx264"), std::string::npos) << out;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/w.mp4"));
+  FILE* f = std::fopen((dir + "/w.mp4").c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  char head[8] = {};
+  EXPECT_EQ(std::fread(head, 1, 8, f), 8u);
+  std::fclose(f);
+  EXPECT_EQ(std::string(head + 4, 4), "ftyp");
+  auto plane = danqing::image::ReadFile(dir + "/w.png");  // libpng reads the 16-bit grey PNG
+  ASSERT_TRUE(plane.ok()) << plane.status().ToString();
+  EXPECT_EQ(plane->width, 160);
+  EXPECT_EQ(plane->height, 100);
+  int frames = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("frame-", 0) == 0) ++frames;
+  }
+  EXPECT_EQ(frames, 3);
+  auto bad = [&](const std::string& args, const std::string& word) {
+    auto [code, text] = RunCliOutput("", base + args);
+    EXPECT_EQ(code, 2) << args << ": " << text;
+    EXPECT_NE(text.find(word), std::string::npos) << args << ": " << text;
+  };
+  bad("--video " + dir + "/x.mp4 --video-fps 0", "--video-fps");
+  bad("--video " + dir + "/x.mp4 --video-seconds 45", "--video-seconds");
+  bad("--video " + dir + "/x.mp4 --video-encoder vp9", "--video-encoder");
+  bad("--video " + dir + "/x.mkv", "--video");
+  bad("", "nothing to write");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.mp4"));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

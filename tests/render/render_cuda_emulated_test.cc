@@ -176,6 +176,75 @@ TEST_F(EmulatedCudaTest, KernelsDoNotDependOnTheOrderThreadsRun) {
   EXPECT_EQ(compared, 12);
 }
 
+// The writing (issue 28): the write-time plane and the background come back
+// from the device equal to the CPU's, for every background and orientation,
+// and the image is the one a plain render gives.
+TEST_F(EmulatedCudaTest, WritingPlaneMatchesTheCpu) {
+  MakeGpu();
+  const image::Image photo = Photo();
+  int compared = 0;
+  for (auto [w, h] : {std::pair{480, 270}, std::pair{97, 65}}) {
+    for (Background bg : {Background::kLandscape, Background::kPaper, Background::kPhoto}) {
+      for (bool vertical : {true, false}) {
+        RenderOptions o = Opts(9, bg, w, h, vertical ? Style::kXing : Style::kCao);
+        o.vertical = vertical;
+        if (bg == Background::kPhoto) o.photo = &photo;
+        Writing gw, cw;
+        RenderStats st;
+        auto g = gpu_->Render(Poem(1), o, &st, &gw);
+        ASSERT_TRUE(g.ok()) << g.status().ToString();
+        EXPECT_EQ(st.backend, "cuda") << st.gpu_error;
+        auto c = cpu_->Render(Poem(1), o, nullptr, &cw);
+        ASSERT_TRUE(c.ok());
+        EXPECT_TRUE(g->rgb == c->rgb) << w << "x" << h << " bg " << static_cast<int>(bg);
+        EXPECT_TRUE(gw.ms == cw.ms)
+            << "write times " << w << "x" << h << " bg " << static_cast<int>(bg);
+        EXPECT_TRUE(gw.background.rgb == cw.background.rgb) << "background " << w << "x" << h;
+        EXPECT_EQ(gw.seal_ms, cw.seal_ms);
+        EXPECT_EQ(gw.end_ms, cw.end_ms);
+        EXPECT_GT(
+            std::count_if(gw.ms.begin(), gw.ms.end(), [](uint16_t v) { return v != kNotWritten; }),
+            100);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 12);
+}
+
+// A plain render reserves nothing for the writing; one with it reserves its
+// planes, and a copy failing on the way back falls back to the CPU, whose
+// writing is then the one handed back.
+TEST_F(EmulatedCudaTest, WritingCostsNothingUnlessAskedAndFallsBack) {
+  MakeGpu();
+  const RenderOptions o = Opts(4, Background::kPaper, 320, 200, Style::kXing);
+  cudahost::ResetPeak();
+  ASSERT_TRUE(gpu_->Render(Poem(0), o).ok());
+  const size_t plain_peak = cudahost::PeakBytesInUse();
+  cudahost::ResetPeak();
+  Writing gw;
+  RenderStats st;
+  ASSERT_TRUE(gpu_->Render(Poem(0), o, &st, &gw).ok());
+  EXPECT_EQ(st.backend, "cuda");
+  EXPECT_GE(cudahost::PeakBytesInUse(), plain_peak + 320u * 200u * 3u + 160u * 100u * 6u)
+      << "time planes (half resolution) and background";
+  Writing cw;
+  ASSERT_TRUE(cpu_->Render(Poem(0), o, nullptr, &cw).ok());
+  // The write times' download (the render's last but one copy) fails.
+  const int copies = cudahost::Calls("cudaMemcpyAsync");
+  ASSERT_TRUE(gpu_->Render(Poem(0), o, nullptr, &gw).ok());
+  const int per_render = cudahost::Calls("cudaMemcpyAsync") - copies;
+  cudahost::FailCall("cudaMemcpyAsync", cudaErrorInvalidValue, per_render - 2);
+  Writing fw;
+  RenderStats fst;
+  auto f = gpu_->Render(Poem(0), o, &fst, &fw);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(fst.backend, "cpu");
+  EXPECT_NE(fst.gpu_error.find("download write times"), std::string::npos) << fst.gpu_error;
+  EXPECT_TRUE(fw.ms == cw.ms);
+  EXPECT_TRUE(fw.background.rgb == cw.background.rgb);
+}
+
 // Detail's ink plane comes back from the device and equals the CPU's.
 TEST_F(EmulatedCudaTest, InkPlaneComesBackForDetail) {
   MakeGpu();

@@ -6,17 +6,29 @@
 //
 //   build/default/bench/legibility [--poems N] [--seeds N] [--threads N]
 //                                  [--styles kai,xing,cao] [--verbose]
+//
+// Then, for the forms recovered from the calligraphers' fonts (tools/cursive,
+// cursive-*.bin in the build's data directory): per font, over every
+// character of data/verse/poems.tsv the file has, the IoU of its paths drawn
+// back with their widths (RasterizeStrokes, 256 x 256) against the glyph
+// (centred, thresholded at half): how faithfully the paths recover the form.
 #include "ocr/legibility.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/utf8.h"
+#include "render/cursive_forms.h"
 #include "render/glyph_font.h"
+#include "render/glyph_skeleton.h"
 #include "render/renderer.h"
 
 namespace {
@@ -171,6 +183,56 @@ int main(int argc, char** argv) {
     std::printf("| font %s on white | %d | %d | %d | %.1f%% |\n", f.name, images, total.written,
                 total.read, 100.0 * total.Ratio());
     std::fflush(stdout);
+  }
+  // Fidelity of the recovered forms.
+  auto forms = render::CursiveForms::Open();
+  if (!forms.ok()) {
+    std::printf("\ncursive forms: %s\n", forms.status().ToString().c_str());
+  } else {
+    std::ifstream pf(DANQING_SOURCE_DIR "/data/verse/poems.tsv", std::ios::binary);
+    std::stringstream ss;
+    ss << pf.rdbuf();
+    auto cps = danqing::DecodeUtf8(ss.str());
+    if (!cps.ok()) return Fail(cps.status());
+    std::set<char32_t> chars;
+    for (char32_t c : *cps)
+      if (c >= 0x4E00 && c <= 0x9FFF) chars.insert(c);
+    std::printf(
+        "\n| font (form file) | glyphs | paths per glyph | IoU mean | IoU p10 | IoU min | worst |\n"
+        "|---|---:|---:|---:|---:|---:|---|\n");
+    const std::pair<render::Style, int> rows[] = {
+        {render::Style::kKai, 1}, {render::Style::kXing, 2}, {render::Style::kCao, 3}};
+    for (const auto& [style, font_index] : rows) {
+      const render::StrokeData* file = (*forms)->forms(style);
+      auto font = render::GlyphFont::Open(fonts[font_index].path);
+      if (file == nullptr || !font.ok()) continue;
+      std::vector<double> ious;
+      double paths = 0;
+      char32_t worst = 0;
+      double worst_iou = 2;
+      std::vector<uint8_t> cov;
+      for (char32_t c : chars) {
+        render::CharStrokes cs;
+        if (!file->Lookup(c, &cs) || !render::CentredGlyphCoverage(**font, c, 256, &cov)) continue;
+        const double iou =
+            render::MaskIoU(render::RasterizeStrokes(cs, 256), render::Threshold(cov));
+        ious.push_back(iou);
+        paths += static_cast<double>(cs.strokes.size());
+        if (iou < worst_iou) {
+          worst_iou = iou;
+          worst = c;
+        }
+      }
+      if (ious.empty()) continue;
+      std::sort(ious.begin(), ious.end());
+      double sum = 0;
+      for (double v : ious) sum += v;
+      std::printf("| %s (%s) | %zu | %.1f | %.3f | %.3f | %.3f | %s |\n", fonts[font_index].name,
+                  render::CursiveFileName(style).c_str(), ious.size(),
+                  paths / static_cast<double>(ious.size()), sum / static_cast<double>(ious.size()),
+                  ious[ious.size() / 10], ious.front(),
+                  danqing::EncodeUtf8(std::u32string(1, worst)).c_str());
+    }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "legibility: %.1f s\n", secs);

@@ -1,40 +1,9 @@
 #include "render/cursive_forms.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
-#include "render/glyph_font.h"
-
 namespace danqing::render {
-
-bool CentredGlyphCoverage(const GlyphFont& font, char32_t c, int res, std::vector<uint8_t>* out) {
-  std::vector<uint8_t> cov;
-  if (!font.RasterizeBox(c, res, &cov)) return false;
-  int x0 = res, y0 = res, x1 = -1, y1 = -1;
-  for (int y = 0; y < res; ++y) {
-    for (int x = 0; x < res; ++x) {
-      if (cov[static_cast<size_t>(y * res + x)] < 64) continue;
-      x0 = std::min(x0, x);
-      x1 = std::max(x1, x);
-      y0 = std::min(y0, y);
-      y1 = std::max(y1, y);
-    }
-  }
-  if (x1 < 0) return false;
-  const int dx = (res - 1 - x1 - x0) / 2, dy = (res - 1 - y1 - y0) / 2;
-  out->assign(cov.size(), 0);
-  for (int y = 0; y < res; ++y) {
-    const int ty = y + dy;
-    if (ty < 0 || ty >= res) continue;
-    for (int x = 0; x < res; ++x) {
-      const int tx = x + dx;
-      if (tx < 0 || tx >= res) continue;
-      (*out)[static_cast<size_t>(ty * res + tx)] = cov[static_cast<size_t>(y * res + x)];
-    }
-  }
-  return true;
-}
 
 std::string CursiveFileName(Style style) {
   return "cursive-" + std::string(StyleName(style)) + ".bin";

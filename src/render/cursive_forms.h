@@ -18,7 +18,6 @@
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "common/status.h"
 #include "render/renderer.h"
@@ -46,13 +45,6 @@ class CursiveForms {
   CursiveForms() = default;
   std::unique_ptr<StrokeData> kai_, xing_, cao_;
 };
-
-class GlyphFont;
-// A glyph of `font` rasterised into res x res of the 1024 box (GlyphFont::
-// RasterizeBox) and shifted so its ink's bounding box is centred in the box,
-// as the stroke data's characters are. False when the font lacks c or the
-// glyph has no ink.
-bool CentredGlyphCoverage(const GlyphFont& font, char32_t c, int res, std::vector<uint8_t>* out);
 
 // The file name of a style's forms: "cursive-kai.bin", "cursive-xing.bin", "cursive-cao.bin".
 std::string CursiveFileName(Style style);

@@ -49,6 +49,13 @@ std::vector<uint8_t> RasterizeStrokes(const CharStrokes& strokes, int res);
 // Intersection over union of two masks (nonzero = ink); 1 when both are empty.
 double MaskIoU(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
 
+class GlyphFont;
+// A glyph of `font` rasterised into res x res of the 1024 box (GlyphFont::
+// RasterizeBox) and shifted so its ink's bounding box is centred in the box,
+// as the stroke data's characters are. False when the font lacks c or the
+// glyph has no ink.
+bool CentredGlyphCoverage(const GlyphFont& font, char32_t c, int res, std::vector<uint8_t>* out);
+
 // Coverage thresholded into a 0/1 mask.
 std::vector<uint8_t> Threshold(const std::vector<uint8_t>& coverage, uint8_t threshold = 128);
 

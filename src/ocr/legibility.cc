@@ -44,9 +44,6 @@ Result<std::vector<std::u32string>> PoemLines(std::string_view utf8) {
 
 Result<image::Image> TypesetColumns(const render::GlyphFont& font,
                                     const std::vector<std::u32string>& lines, int w, int h) {
-  size_t longest = 0;
-  for (const auto& l : lines) longest = std::max(longest, l.size());
-  if (lines.empty() || longest == 0) return InvalidArgument("typeset: no characters");
   for (const auto& l : lines) {
     for (char32_t c : l) {
       if (!font.Has(c)) {
@@ -54,6 +51,18 @@ Result<image::Image> TypesetColumns(const render::GlyphFont& font,
       }
     }
   }
+  return TypesetColumns(
+      [&font](char32_t c, int res, std::vector<uint8_t>* cov) {
+        return font.RasterizeBox(c, res, cov);
+      },
+      lines, w, h);
+}
+
+Result<image::Image> TypesetColumns(const GlyphRaster& raster,
+                                    const std::vector<std::u32string>& lines, int w, int h) {
+  size_t longest = 0;
+  for (const auto& l : lines) longest = std::max(longest, l.size());
+  if (lines.empty() || longest == 0) return InvalidArgument("typeset: no characters");
   const float n = static_cast<float>(lines.size());
   const float cell = std::floor(std::min(0.8f * static_cast<float>(h) / static_cast<float>(longest),
                                          0.8f * static_cast<float>(w) / (n * 1.3f - 0.3f)));
@@ -68,9 +77,9 @@ Result<image::Image> TypesetColumns(const render::GlyphFont& font,
     const int x0 = static_cast<int>(right - (static_cast<float>(col) * 1.3f + 1) * cell);
     for (size_t k = 0; k < lines[col].size(); ++k) {
       const int y0 = static_cast<int>(top + static_cast<float>(k) * cell);
-      if (!font.RasterizeBox(lines[col][k], res, &cov)) {
-        return NotFound("typeset: the font cannot draw " +
-                        EncodeUtf8(std::u32string(1, lines[col][k])));
+      if (!raster(lines[col][k], res, &cov) ||
+          cov.size() != static_cast<size_t>(res) * static_cast<size_t>(res)) {
+        return NotFound("typeset: no glyph for " + EncodeUtf8(std::u32string(1, lines[col][k])));
       }
       for (int y = 0; y < res; ++y) {
         if (y0 + y < 0 || y0 + y >= h) continue;

@@ -11,6 +11,7 @@
 // Thread-safety: pure functions over const inputs.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,12 @@ Result<std::vector<std::u32string>> PoemLines(std::string_view utf8);
 // 10% margin). NOT_FOUND names the first character the font lacks;
 // INVALID_ARGUMENT when there is nothing to set or the canvas is too small.
 Result<image::Image> TypesetColumns(const render::GlyphFont& font,
+                                    const std::vector<std::u32string>& lines, int w, int h);
+
+// The same with any source of glyph rasters: raster(c, res, &coverage) fills
+// res x res coverage (0..255) of the 1024 box, false when it has no glyph for c.
+using GlyphRaster = std::function<bool(char32_t c, int res, std::vector<uint8_t>* coverage)>;
+Result<image::Image> TypesetColumns(const GlyphRaster& raster,
                                     const std::vector<std::u32string>& lines, int w, int h);
 
 // What `ocr` reads of `img` (columns when vertical), scored against `written`

@@ -6,6 +6,8 @@
 //
 // Usage: build_cursive --out DIR --poems poems.tsv [--res 256]
 //                      STYLE=FONT... (STYLE: kai, xing, cao; FONT: .woff/.ttf)
+// A style may be given several files (a font split into subsets): the first
+// given that has a glyph gives it.
 // It links only the skeleton, the font reader and common/ (not the renderer),
 // so a change to the renderer does not rebuild the forms.
 // Writes DIR/cursive-STYLE.bin (atomically; the names render/cursive_forms.h reads) and prints per
@@ -20,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -137,19 +140,46 @@ int main(int argc, char** argv) {
   std::printf("build_cursive: %zu characters (%zu common, GB 2312 level 1; the rest from %s)\n",
               chars.size(), common, poems_path.c_str());
   std::filesystem::create_directories(out_dir);
+  // Files of one style in the order given: the first that has a glyph gives it.
+  std::vector<std::pair<std::string, std::vector<std::string>>> styles;
   for (const auto& [style_name, font_path] : fonts) {
-    auto font = danqing::render::GlyphFont::Open(font_path);
-    if (!font.ok()) {
-      std::fprintf(stderr, "build_cursive: %s font: %s\n", style_name.c_str(),
-                   font.status().ToString().c_str());
-      return 1;
+    if (styles.empty() || styles.back().first != style_name) {
+      auto it = std::find_if(styles.begin(), styles.end(),
+                             [&](const auto& e) { return e.first == style_name; });
+      if (it == styles.end()) {
+        styles.push_back({style_name, {}});
+      } else {
+        it->second.push_back(font_path);
+        continue;
+      }
     }
+    styles.back().second.push_back(font_path);
+  }
+  for (const auto& [style_name, paths] : styles) {
+    std::vector<std::unique_ptr<danqing::render::GlyphFont>> files;
+    for (const std::string& font_path : paths) {
+      auto font = danqing::render::GlyphFont::Open(font_path);
+      if (!font.ok()) {
+        std::fprintf(stderr, "build_cursive: %s font: %s\n", style_name.c_str(),
+                     font.status().ToString().c_str());
+        return 1;
+      }
+      files.push_back(std::move(font).value());
+    }
+    const std::string& font_path = paths.front();
     std::map<char32_t, std::string> records;
     int missing = 0, empty = 0;
     double iou_sum = 0;
     std::vector<uint8_t> cov;
     for (char32_t c : chars) {
-      if (!danqing::render::CentredGlyphCoverage(**font, c, res, &cov)) {
+      bool found = false;
+      for (const auto& f : files) {
+        if (f->Has(c) && danqing::render::CentredGlyphCoverage(*f, c, res, &cov)) {
+          found = true;
+          break;
+        }
+      }
+      if (!found) {
         ++missing;
         continue;
       }
@@ -184,9 +214,10 @@ int main(int argc, char** argv) {
     }
     std::filesystem::rename(tmp, path);
     std::printf(
-        "build_cursive: %s (%s): %zu glyphs, %d not in the font, %d empty skeletons, %zu bytes, "
-        "mean IoU %.3f\n",
-        path.string().c_str(), font_path.c_str(), records.size(), missing, empty,
+        "build_cursive: %s (%s and %zu more files): %zu glyphs, %d not in the font, %d empty "
+        "skeletons, "
+        "%zu bytes, mean IoU %.3f\n",
+        path.string().c_str(), font_path.c_str(), paths.size() - 1, records.size(), missing, empty,
         head.size() + body.size(),
         records.empty() ? 0.0 : iou_sum / static_cast<double>(records.size()));
   }

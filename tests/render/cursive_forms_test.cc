@@ -5,12 +5,14 @@
 #include "render/cursive_forms.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -201,3 +203,68 @@ TEST_F(CursiveFiles, NoFilesIsNotFoundAndACorruptOneIsNamed) {
 
 }  // namespace
 }  // namespace danqing::render
+
+#ifdef DANQING_BUILD_CURSIVE
+namespace danqing::render {
+namespace {
+
+// tools/cursive/build_cursive: bad arguments, missing or unreadable fonts and
+// poems are clear errors (exit 2 for usage, 1 otherwise); a good run writes a
+// file CursiveForms reads.
+class BuildCursive : public CursiveFiles {
+ protected:
+  int Run(const std::string& args, std::string* out) {
+    const fs::path log = dir_ / "log.txt";
+    const std::string cmd =
+        std::string(DANQING_BUILD_CURSIVE) + " " + args + " >" + log.string() + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *out = ss.str();
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  }
+};
+
+TEST_F(BuildCursive, BadInputsAreClearErrors) {
+  const std::string poems = (dir_ / "poems.tsv").string();
+  std::ofstream(poems) << "一\t十\n";
+  const std::string out = " --out " + (dir_ / "out").string() + " --poems " + poems + " ";
+  std::string log;
+  EXPECT_EQ(Run(out + "li=" + kUKai, &log), 2);
+  EXPECT_NE(log.find("unknown style"), std::string::npos) << log;
+  EXPECT_EQ(Run(out + "--res 8 kai=" + std::string(kUKai), &log), 2) << log;
+  EXPECT_EQ(Run(out + "xing=" + (dir_ / "none.woff").string(), &log), 1);
+  EXPECT_NE(log.find("none.woff: no such file"), std::string::npos) << log;
+  std::ofstream(dir_ / "bad.woff") << "wOFF but not really";
+  EXPECT_EQ(Run(out + "xing=" + (dir_ / "bad.woff").string(), &log), 1);
+  EXPECT_NE(log.find("FreeType cannot read it"), std::string::npos) << log;
+  EXPECT_EQ(Run(" --out " + (dir_ / "out").string() + " --poems " + (dir_ / "nope.tsv").string() +
+                    " kai=" + kUKai,
+                &log),
+            1);
+  EXPECT_NE(log.find("nope.tsv: cannot read it"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "cursive-xing.bin"));
+}
+
+TEST_F(BuildCursive, AGoodRunWritesFormsCursiveFormsReads) {
+  if (!fs::exists(kUKai)) GTEST_SKIP() << "no UKai";
+  const std::string poems = (dir_ / "poems.tsv").string();
+  std::ofstream(poems) << "一\t十\n";
+  std::string log;
+  ASSERT_EQ(Run(" --out " + dir_.string() + " --poems " + poems + " --res 64 xing=" + kUKai, &log),
+            0)
+      << log;
+  EXPECT_NE(log.find("0 empty skeletons"), std::string::npos) << log;
+  auto forms = CursiveForms::Open(dir_.string());
+  ASSERT_TRUE(forms.ok()) << forms.status().ToString();
+  EXPECT_GT((*forms)->forms(Style::kXing)->size(), 3700u);  // GB 2312 level 1 and the poems
+  CharStrokes one;
+  ASSERT_TRUE((*forms)->Lookup(Style::kXing, U'一', &one));
+  ASSERT_EQ(one.strokes.size(), 1u) << Describe(one);
+  EXPECT_GT(Dx(one.strokes[0]), 400.0f);
+}
+
+}  // namespace
+}  // namespace danqing::render
+#endif

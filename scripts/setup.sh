@@ -47,7 +47,9 @@ else
 fi
 
 # npm packages (exact versions in package.json / package-lock.json): stroke
-# data for the renderer and the browser driver for the web-page tests. Node.js
+# data for the renderer, the calligraphers' fonts for its running/cursive
+# forms, the OCR models and ONNX Runtime for the legibility bench and test,
+# and the browser driver for the web-page tests. Node.js
 # comes from Debian when the machine has none.
 cd "$(dirname "$0")/.."
 if ! command -v npm >/dev/null 2>&1; then

@@ -9,6 +9,8 @@ PACKAGES=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libpng-dev libjpeg62-turbo-dev libdeflate-dev
+  # the node agent's Kubernetes API client (src/kube): HTTPS through libcurl + OpenSSL
+  libcurl4-openssl-dev libssl-dev
   # renderer: FreeType and the Kai font for characters the stroke data lacks
   libfreetype-dev fonts-arphic-ukai
   # the danqing service: OpenCV components and Haar cascades (perception), HTTP

@@ -184,10 +184,42 @@ bool IsQualifiedAttributeName(const std::string& s) {
   return true;
 }
 
+// semver.org 2.0.0: MAJOR.MINOR.PATCH (no leading zeros), then optional
+// -prerelease and +build of dot-separated [0-9A-Za-z-] identifiers.
 bool IsSemver(const std::string& v) {
-  static const std::regex re(
-      R"(^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$)");
-  return std::regex_match(v, re);
+  std::size_t i = 0;
+  for (int part = 0; part < 3; ++part) {
+    const std::size_t start = i;
+    while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i])) != 0) ++i;
+    if (i == start || (v[start] == '0' && i - start > 1)) return false;
+    if (part < 2) {
+      if (i >= v.size() || v[i] != '.') return false;
+      ++i;
+    }
+  }
+  auto idents = [&](char stop) {
+    std::size_t start = i;
+    while (i < v.size() && v[i] != stop) {
+      const char c = v[i];
+      if (c == '.') {
+        if (i == start) return false;
+        start = i + 1;
+      } else if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '-') {
+        return false;
+      }
+      ++i;
+    }
+    return i > start;
+  };
+  if (i < v.size() && v[i] == '-') {
+    ++i;
+    if (!idents('+')) return false;
+  }
+  if (i < v.size() && v[i] == '+') {
+    ++i;
+    if (!idents('\0')) return false;
+  }
+  return i == v.size();
 }
 
 struct Cause {
@@ -915,6 +947,9 @@ Status ApiServerEmulator::Start(int port) {
     return new httplib::ThreadPool(static_cast<size_t>(threads));
   };
   server->set_keep_alive_timeout(1);
+  // Go's net/http (the API server) sets TCP_NODELAY on every connection;
+  // without it a response written in two parts waits for a delayed ACK (40 ms).
+  server->set_tcp_nodelay(true);
   auto h = std::make_shared<Handlers>(*this);
   server->set_pre_routing_handler(
       [h](const httplib::Request& q, httplib::Response& r) { return h->PreRoute(q, r); });

@@ -168,6 +168,15 @@ bool IsDnsSubdomain(const std::string& s) {
   }
 }
 
+bool IsLabelValue(const std::string& v) {
+  if (v.empty()) return true;
+  auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  for (const char c : v) {
+    if (!alnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return alnum(v.front()) && alnum(v.back());
+}
+
 // A qualified name: [<dns subdomain>/]<C identifier, ≤ 64>, as attribute and
 // capacity names must be.
 bool IsQualifiedAttributeName(const std::string& s) {
@@ -365,8 +374,16 @@ std::vector<Cause> ValidateSlice(const Json& obj, const Json* old) {
                 "\": supported values: \"NoExecute\", \"NoSchedule\", \"None\"",
             "FieldValueNotSupported");
       }
-      if (taints[t].value("value", "").size() > 63)
+      const std::string tv = taints[t].value("value", "");
+      if (tv.size() > 63) {
         bad(f + ".value", "Too long: may not be more than 63 bytes", "FieldValueTooLong");
+      } else if (!IsLabelValue(tv)) {
+        bad(f + ".value",
+            "Invalid value: \"" + tv +
+                "\": a valid label must be an empty string or consist of alphanumeric "
+                "characters, '-', '_' or '.', and must start and end with an "
+                "alphanumeric character");
+      }
     }
   }
   if (old != nullptr) {

@@ -248,6 +248,20 @@ TEST_F(PublishTest, WatchExpiryRelistsAndRepairStillWorks) {
       [](const std::vector<Json>& all) { return NodeSlices(all).size() == 1; }, 10s));
 }
 
+TEST_F(PublishTest, WatchEndedByTheServerIsReopened) {
+  PublisherOptions o = Options();
+  o.watch_timeout = 1s;  // timeoutSeconds=1: the server ends each watch after a second
+  Publisher p(*fx_->client, o);
+  p.Update(Inventory(2), {});
+  ASSERT_TRUE(p.Start().ok());
+  ASSERT_TRUE(p.WaitSynced(10s));
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_GE(fx_->server->Counts()["WATCH resourceslices"], 3U);
+  ASSERT_TRUE(fx_->server->DeleteSlice("node-1-gpu.danqing.io-0"));
+  EXPECT_TRUE(fx_->server->WaitForSlices(
+      [](const std::vector<Json>& all) { return NodeSlices(all).size() == 1; }, 10s));
+}
+
 TEST_F(PublishTest, SeveralSlicesShrinkAndOthersUntouched) {
   // Someone else's slices: another node, and another driver on this node.
   Json foreign = BuildSlices({}, 5, [] {

@@ -135,6 +135,15 @@ TEST_F(ClientTest, InvalidSliceIsRefusedWithFieldNamed) {
          {"taints",
           {{{"key", "gpu.danqing.io/unhealthy"}, {"value", "x"}, {"effect", "NoSchedule"}}}}});
   }
+  Json comma = Slice("n1-comma", "n1");
+  comma["spec"]["devices"][0]["taints"] = {{{"key", "gpu.danqing.io/unhealthy"},
+                                            {"value", "xid-79,gpu-lost"},
+                                            {"effect", "NoSchedule"}}};
+  auto r3 = fx_->client->Create(kSlices, comma);
+  ASSERT_FALSE(r3.ok());
+  EXPECT_NE(r3.error().message.find("spec.devices[0].taints[0].value"), std::string::npos)
+      << r3.error().message;
+
   auto r2 = fx_->client->Create(kSlices, many);
   ASSERT_FALSE(r2.ok());
   EXPECT_NE(r2.error().message.find("must have at most 64 items"), std::string::npos)

@@ -1,0 +1,178 @@
+// DRA API-side figures for issue 25, against the API server emulator (HTTPS
+// on loopback, bearer token, the real REST paths and JSON) and an 8-GPU A100
+// node with mixed MIG read through the fake NVML (24 devices):
+//   - health change to taint: from Publisher::SetConditions (what the
+//     agent's health callback calls) until the emulator holds a slice whose
+//     device carries the taint, and the same for its removal; p50/p99/max;
+//   - start to slices: a new client and publisher (TLS handshake, list,
+//     create) until the emulator holds the node's slice with every device,
+//     over fresh starts (slices deleted in between);
+//   - ResourceClaim GET + parse (ClaimReader::Get), sequential; p50/p99.
+// Usage: dra_publish_bench [health-iterations] [starts] [claim-gets]
+//   (default 300, 50, 2000)
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dra/claim_reader.h"
+#include "dra/publisher.h"
+#include "metrics/registry.h"
+#include "testing/support/temp_dir.h"
+#include "tests/dra/slice_fixtures.h"
+
+using namespace danqing;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+double Ms(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+void Report(const char* what, std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) {
+    return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+  };
+  std::printf("%-34s n=%-5zu p50=%7.3f ms  p99=%7.3f ms  max=%7.3f ms\n", what, v.size(), q(0.50),
+              q(0.99), v.back());
+}
+
+bool HasTaint(const std::vector<json>& all, const std::string& device) {
+  for (const auto& s : all) {
+    for (const auto& d : s["spec"]["devices"]) {
+      if (d["name"] == device) return d.contains("taints");
+    }
+  }
+  return false;
+}
+
+size_t DeviceCount(const std::vector<json>& all) {
+  size_t n = 0;
+  for (const auto& s : all) n += s["spec"]["devices"].size();
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int health_iters = argc > 1 ? std::atoi(argv[1]) : 300;
+  const int starts = argc > 2 ? std::atoi(argv[2]) : 50;
+  const int claim_gets = argc > 3 ? std::atoi(argv[3]) : 2000;
+  testing::TempDir dir;
+  const std::string profile = dir.path() + "/a100-8x-mig-mixed.json";
+  if (!testing::WriteEightGpuMigMixedProfile(DANQING_FAKE_NVML_PROFILE_DIR, profile)) {
+    std::fprintf(stderr, "cannot write the profile\n");
+    return 1;
+  }
+  const auto t_disc = Clock::now();
+  auto inv = testing::DiscoverProfile(DANQING_FAKE_NVML_LIB, profile);
+  const double disc_ms = Ms(Clock::now() - t_disc);
+  if (!inv.ok()) {
+    std::fprintf(stderr, "discovery: %s\n", inv.status().ToString().c_str());
+    return 1;
+  }
+  testing::ApiFixture fx(dir.path());
+  if (!fx.error.empty()) {
+    std::fprintf(stderr, "%s\n", fx.error.c_str());
+    return 1;
+  }
+  dra::PublisherOptions po;
+  po.slices.node_name = "node-1";
+  po.slices.sysfs_root.clear();
+  const size_t expected = dra::BuildDevices(*inv, {}, po.slices).size();
+  std::printf("node: %zu GPUs, %zu DRA devices (fake NVML discovery %.2f ms)\n", inv->gpus.size(),
+              expected, disc_ms);
+
+  // Start to slices.
+  std::vector<double> start_ms;
+  for (int i = 0; i < starts; ++i) {
+    for (const auto& s : fx.server->Slices()) fx.server->DeleteSlice(s["metadata"]["name"]);
+    kube::Config cfg = fx.client->config();
+    const auto t0 = Clock::now();
+    auto client = kube::Client::Create(cfg);
+    dra::Publisher p(**client, po);
+    p.Update(*inv, {});
+    (void)p.Start();
+    if (!fx.server->WaitForSlices(
+            [&](const std::vector<json>& all) { return DeviceCount(all) == expected; },
+            std::chrono::seconds(10))) {
+      std::fprintf(stderr, "start %d: slices not published\n", i);
+      return 1;
+    }
+    start_ms.push_back(Ms(Clock::now() - t0));
+  }
+
+  // Health change to taint, and back.
+  auto client = kube::Client::Create(fx.client->config());
+  dra::Publisher p(**client, po);
+  p.Update(*inv, {});
+  (void)p.Start();
+  p.WaitSynced(std::chrono::seconds(10));
+  const auto devices = dra::BuildDevices(*inv, {}, po.slices);
+  std::vector<double> add_ms, remove_ms;
+  for (int i = 0; i < health_iters; ++i) {
+    const auto& dev = devices[static_cast<size_t>(i) % devices.size()];
+    auto t0 = Clock::now();
+    p.SetConditions({{dev.uuid, {"xid-79", true}}});
+    if (!fx.server->WaitForSlices(
+            [&](const std::vector<json>& all) { return HasTaint(all, dev.name); },
+            std::chrono::seconds(10))) {
+      std::fprintf(stderr, "taint %d not seen\n", i);
+      return 1;
+    }
+    add_ms.push_back(Ms(Clock::now() - t0));
+    p.WaitSynced(std::chrono::seconds(10));
+    t0 = Clock::now();
+    p.SetConditions({});
+    if (!fx.server->WaitForSlices(
+            [&](const std::vector<json>& all) { return !HasTaint(all, dev.name); },
+            std::chrono::seconds(10))) {
+      std::fprintf(stderr, "recovery %d not seen\n", i);
+      return 1;
+    }
+    remove_ms.push_back(Ms(Clock::now() - t0));
+    p.WaitSynced(std::chrono::seconds(10));
+  }
+  p.Stop();
+
+  // Claim GET.
+  fx.server->PutClaim(json::parse(R"({"metadata": {"name": "c1", "namespace": "ml", "uid": "u1"},
+    "status": {"allocation": {"devices": {"results": [
+      {"request": "gpu", "driver": "gpu.danqing.io", "pool": "node-1", "device": "gpu-3"}]}}}})"));
+  dra::ClaimReader reader(**client, "gpu.danqing.io");
+  std::vector<double> claim_ms;
+  for (int i = 0; i < claim_gets; ++i) {
+    const auto t0 = Clock::now();
+    auto a = reader.Get("ml", "c1", "u1");
+    claim_ms.push_back(Ms(Clock::now() - t0));
+    if (!a.ok()) {
+      std::fprintf(stderr, "claim: %s\n", a.status().ToString().c_str());
+      return 1;
+    }
+  }
+
+  Report("start -> slices in API server", start_ms);
+  Report("health change -> taint in slice", add_ms);
+  Report("recovery -> taint removed", remove_ms);
+  Report("ResourceClaim GET + parse", claim_ms);
+  // The publisher's own histogram: change handed to it until the API server
+  // answered the last write (what danqing_dra_slice_publish_duration_seconds shows).
+  for (const auto& f : metrics::DefaultRegistry().Collect()) {
+    if (f.name != "danqing_dra_slice_publish_duration_seconds") continue;
+    double sum = 0, count = 0;
+    for (const auto& smp : f.samples) {
+      if (smp.suffix == "_sum") sum = smp.value;
+      if (smp.suffix == "_count") count = smp.value;
+    }
+    if (count > 0)
+      std::printf("publisher histogram: %.0f publications, mean %.3f ms\n", count,
+                  1000 * sum / count);
+  }
+  return 0;
+}

@@ -203,6 +203,11 @@ bool DraKubeletEmulator::WaitForRegistrations(const std::string& driver, uint64_
   });
 }
 
+bool DraKubeletEmulator::WaitForRefusals(size_t n, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> l(mu_);
+  return cv_.wait_for(l, timeout, [&] { return refusals_.size() >= n; });
+}
+
 bool DraKubeletEmulator::WaitForDeregistration(const std::string& driver,
                                                std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> l(mu_);

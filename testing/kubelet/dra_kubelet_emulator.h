@@ -77,6 +77,8 @@ class DraKubeletEmulator {
   // Waits until Registrations(driver) >= n.
   bool WaitForRegistrations(const std::string& driver, uint64_t n,
                             std::chrono::milliseconds timeout) const;
+  // Waits until Refusals() has at least `n` entries.
+  bool WaitForRefusals(size_t n, std::chrono::milliseconds timeout) const;
   bool WaitForDeregistration(const std::string& driver, std::chrono::milliseconds timeout) const;
 
   grpc::Status Prepare(

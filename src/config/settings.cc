@@ -93,6 +93,56 @@ std::string SetReplicaPolicy(Config& c, std::string_view t) {
 }
 std::string GetReplicaPolicy(const Config& c) { return c.danqing.replica_policy; }
 
+std::string SetMode(Config& c, std::string_view t) {
+  if (t != "device-plugin" && t != "dra" && t != "split") {
+    return "invalid mode " + Quote(t) + "; expected device-plugin, dra or split";
+  }
+  c.danqing.mode = std::string(t);
+  return "";
+}
+std::string GetMode(const Config& c) {
+  return c.danqing.mode;
+}
+
+// A DRA driver name is a DNS subdomain: lower-case labels of [a-z0-9-],
+// dot-separated, at most 253 characters, with at least one dot.
+std::string SetDraDriverName(Config& c, std::string_view t) {
+  bool ok = !t.empty() && t.size() <= 253 && t.find('.') != std::string_view::npos;
+  size_t label = 0;
+  for (size_t i = 0; ok && i <= t.size(); ++i) {
+    const char ch = i < t.size() ? t[i] : '.';
+    if (ch == '.') {
+      ok = label > 0 && label <= 63 && t[i - 1] != '-' && t[i - label] != '-';
+      label = 0;
+    } else if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-') {
+      ++label;
+    } else {
+      ok = false;
+    }
+  }
+  if (!ok)
+    return "invalid DRA driver name " + Quote(t) +
+           "; expected a DNS subdomain such as gpu.danqing.io";
+  c.danqing.dra_driver_name = std::string(t);
+  return "";
+}
+std::string GetDraDriverName(const Config& c) {
+  return c.danqing.dra_driver_name;
+}
+
+std::string SetDraGpus(Config& c, const std::vector<std::string>& items) {
+  std::vector<std::string> out;
+  for (const auto& item : items) {
+    if (item.empty()) return "empty GPU in the DRA GPU list";
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  c.danqing.dra_gpus = std::move(out);
+  return "";
+}
+std::vector<std::string> GetDraGpus(const Config& c) {
+  return c.danqing.dra_gpus;
+}
+
 std::string SetDeviceListStrategy(Config& c, const std::vector<std::string>& items) {
   if (items.empty()) {
     return "at least one device list strategy is required; expected " +
@@ -231,18 +281,21 @@ std::vector<Setting> BuildTable() {
        .env = "NVIDIA_CTK_PATH",
        .env_alias = "NVIDIA_CDI_HOOK_PATH",
        .command_line = &CL::nvidia_ctk_path,
-       .help = "Host path of the CDI hook (nvidia-ctk or nvidia-cdi-hook) written into the CDI spec; "
-               "empty: no hooks",
+       .help =
+           "Host path of the CDI hook (nvidia-ctk or nvidia-cdi-hook) written into the CDI spec; "
+           "empty: no hooks",
        .binding =
-           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; }, CheckHookPath}},
+           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; },
+                       CheckHookPath}},
       {.path = "flags.plugin.containerDriverRoot",
        .flag = "container-driver-root",
        .flag_alias = "driver-root-ctr-path",
        .env = "CONTAINER_DRIVER_ROOT",
        .env_alias = "DRIVER_ROOT_CTR_PATH",
        .command_line = &CL::container_driver_root,
-       .help = "Where the host's driver root is mounted inside this container (NVML is loaded, and the "
-               "CDI spec's driver files found, from there)",
+       .help =
+           "Where the host's driver root is mounted inside this container (NVML is loaded, and the "
+           "CDI spec's driver files found, from there)",
        .binding = StringField{[](Config& c) -> std::string& {
          return c.flags.plugin.container_driver_root;
        }}},
@@ -373,44 +426,52 @@ std::vector<Setting> BuildTable() {
        .env = "DANQING_NODE_FEATURES_FILE",
        .command_line = &CL::node_features_file,
        .help = "node-feature-discovery features file for GPU node labels (empty: none)",
-       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.node_features_file; }},
+       .binding =
+           StringField{[](Config& c) -> std::string& { return c.danqing.node_features_file; }},
        .nvidia = false},
       {.path = "danqing.replicaPolicy",
        .flag = "replica-policy",
        .env = "DANQING_REPLICA_POLICY",
        .command_line = &CL::replica_policy,
-       .help = "Placement of time-sliced replicas: distributed (spread over GPUs) or packed (fill one GPU first)",
+       .help = "Placement of time-sliced replicas: distributed (spread over GPUs) or packed (fill "
+               "one GPU first)",
        .binding = EnumField{SetReplicaPolicy, GetReplicaPolicy},
        .nvidia = false},
       {.path = "danqing.disableHealthChecks",
        .flag = "disable-health-checks",
        .env = "DP_DISABLE_HEALTHCHECKS",
        .command_line = &CL::disable_health_checks,
-       .help = "XIDs that do not mark a GPU unhealthy (besides application errors): comma-separated, "
-               "or \"xids\" (no XID counts) or \"all\" (no health checks at all)",
-       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.disable_health_checks; },
-                              CheckXidSelection},
+       .help =
+           "XIDs that do not mark a GPU unhealthy (besides application errors): comma-separated, "
+           "or \"xids\" (no XID counts) or \"all\" (no health checks at all)",
+       .binding =
+           StringField{[](Config& c) -> std::string& { return c.danqing.disable_health_checks; },
+                       CheckXidSelection},
        .nvidia = false},
       {.path = "danqing.enableHealthChecks",
        .flag = "enable-health-checks",
        .env = "DP_ENABLE_HEALTHCHECKS",
        .command_line = &CL::enable_health_checks,
-       .help = "XIDs that mark a GPU unhealthy even if ignored otherwise: comma-separated, or \"all\"",
-       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.enable_health_checks; },
-                              CheckXidSelection},
+       .help =
+           "XIDs that mark a GPU unhealthy even if ignored otherwise: comma-separated, or \"all\"",
+       .binding =
+           StringField{[](Config& c) -> std::string& { return c.danqing.enable_health_checks; },
+                       CheckXidSelection},
        .nvidia = false},
       {.path = "danqing.resetXids",
        .flag = "reset-xids",
        .env = "DANQING_RESET_XIDS",
        .command_line = &CL::reset_xids,
-       .help = "XIDs that need a GPU reset (never recover on their own), added to the built-in list",
+       .help =
+           "XIDs that need a GPU reset (never recover on their own), added to the built-in list",
        .binding = IntListField{[](Config& c) -> std::vector<int>& { return c.danqing.reset_xids; }},
        .nvidia = false},
       {.path = "danqing.xidQuietPeriod",
        .flag = "xid-quiet-period",
        .env = "DANQING_XID_QUIET_PERIOD",
        .command_line = &CL::xid_quiet_period,
-       .help = "A GPU marked unhealthy by a recoverable XID or ECC growth is healthy again after this long "
+       .help = "A GPU marked unhealthy by a recoverable XID or ECC growth is healthy again after "
+               "this long "
                "without a new one (Go duration)",
        .binding = DurationField{[](Config& c) -> Duration& { return c.danqing.xid_quiet_period; }},
        .nvidia = false},
@@ -418,9 +479,74 @@ std::vector<Setting> BuildTable() {
        .flag = "init-retry-interval",
        .env = "DANQING_INIT_RETRY_INTERVAL",
        .command_line = &CL::init_retry_interval,
-       .help = "With failOnInitError=false: how often NVML is retried while no GPU is served (Go duration)",
-       .binding = DurationField{[](Config& c) -> Duration& { return c.danqing.init_retry_interval; },
-                                /*number_is_nanoseconds=*/false, /*positive=*/true},
+       .help = "With failOnInitError=false: how often NVML is retried while no GPU is served (Go "
+               "duration)",
+       .binding =
+           DurationField{[](Config& c) -> Duration& { return c.danqing.init_retry_interval; },
+                         /*number_is_nanoseconds=*/false, /*positive=*/true},
+       .nvidia = false},
+      {.path = "danqing.mode",
+       .flag = "mode",
+       .env = "DANQING_MODE",
+       .command_line = &CL::mode,
+       .help = "How GPUs are offered: device-plugin, dra (a DRA driver), or split (danqing.draGpus "
+               "through DRA)",
+       .binding = EnumField{SetMode, GetMode},
+       .nvidia = false},
+      {.path = "danqing.draDriverName",
+       .flag = "dra-driver-name",
+       .env = "DANQING_DRA_DRIVER_NAME",
+       .command_line = &CL::dra_driver_name,
+       .help = "The DRA driver's name (a DNS subdomain)",
+       .binding = EnumField{SetDraDriverName, GetDraDriverName},
+       .nvidia = false},
+      {.path = "danqing.draGpus",
+       .flag = "dra-gpus",
+       .env = "DANQING_DRA_GPUS",
+       .command_line = &CL::dra_gpus,
+       .help = "In split mode, the GPUs served through DRA (UUIDs or NVML indices); the others "
+               "stay with the "
+               "device plugin",
+       .binding = ListField{SetDraGpus, GetDraGpus},
+       .nvidia = false},
+      {.path = "danqing.draPluginsRegistry",
+       .flag = "dra-plugins-registry",
+       .env = "DANQING_DRA_PLUGINS_REGISTRY",
+       .command_line = &CL::dra_plugins_registry,
+       .help = "The kubelet's plugin registration directory",
+       .binding =
+           StringField{[](Config& c) -> std::string& { return c.danqing.dra_plugins_registry; },
+                       CheckAbsolutePath},
+       .nvidia = false},
+      {.path = "danqing.draPluginDir",
+       .flag = "dra-plugin-dir",
+       .env = "DANQING_DRA_PLUGIN_DIR",
+       .command_line = &CL::dra_plugin_dir,
+       .help = "Directory of the DRA socket dra.sock (default /var/lib/kubelet/plugins/<driver>)",
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.dra_plugin_dir; }},
+       .nvidia = false},
+      {.path = "danqing.draCheckpointDir",
+       .flag = "dra-checkpoint-dir",
+       .env = "DANQING_DRA_CHECKPOINT_DIR",
+       .command_line = &CL::dra_checkpoint_dir,
+       .help = "Persistent directory of the prepared-claims checkpoint",
+       .binding =
+           StringField{[](Config& c) -> std::string& { return c.danqing.dra_checkpoint_dir; },
+                       CheckAbsolutePath},
+       .nvidia = false},
+      {.path = "danqing.draClaimsFile",
+       .flag = "dra-claims-file",
+       .env = "DANQING_DRA_CLAIMS_FILE",
+       .command_line = &CL::dra_claims_file,
+       .help = "Until the API client is wired: a ResourceClaim list (JSON) to read claims from",
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.dra_claims_file; }},
+       .nvidia = false},
+      {.path = "danqing.nodeName",
+       .flag = "node-name",
+       .env = "NODE_NAME",
+       .command_line = &CL::node_name,
+       .help = "This node's name: the DRA pool name (from the downward API)",
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.node_name; }},
        .nvidia = false},
   };
 }

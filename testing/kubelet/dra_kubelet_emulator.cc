@@ -326,13 +326,9 @@ std::optional<v1alpha1::NodeWatchResourcesResponse> DraKubeletEmulator::WaitForH
   std::unique_lock<std::mutex> l(health_mu_);
   std::optional<v1alpha1::NodeWatchResourcesResponse> found;
   health_cv_.wait_for(l, timeout, [&] {
-    for (auto it = health_.rbegin(); it != health_.rend(); ++it) {
-      if (pred(*it)) {
-        found = *it;
-        return true;
-      }
-    }
-    return false;
+    if (health_.empty() || !pred(health_.back())) return false;
+    found = health_.back();
+    return true;
   });
   return found;
 }

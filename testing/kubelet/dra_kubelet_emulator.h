@@ -92,8 +92,8 @@ class DraKubeletEmulator {
   // time; a second call replaces the first).
   bool WatchHealth(const std::string& driver);
   void StopHealth();
-  // Waits for a message (any received after the stream opened, newest first
-  // considered) for which `pred` holds; the message, or nullopt on timeout.
+  // Waits until the newest message (the kubelet's current view) is one for
+  // which `pred` holds; that message, or nullopt on timeout.
   std::optional<v1alpha1::NodeWatchResourcesResponse> WaitForHealth(
       const std::function<bool(const v1alpha1::NodeWatchResourcesResponse&)>& pred,
       std::chrono::milliseconds timeout) const;

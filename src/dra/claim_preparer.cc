@@ -3,9 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "common/printable.h"
+#include "dra/node_metrics.h"
 
 namespace danqing::dra {
 
@@ -61,6 +63,7 @@ Status ClaimPreparer::Restore() {
     } else {
       if (loaded.status().code() != StatusCode::kNotFound) {
         ++stats_.corrupt_checkpoints;
+        NodeMetrics().checkpoint_corrupt.WithLabels({}).Inc();
         spdlog::error("dra: {}; rebuilding it from the {} claim CDI spec(s) under {}",
                       loaded.status().message(), on_disk.size(), options_.cdi.cdi_root);
       } else if (!on_disk.empty()) {
@@ -263,6 +266,15 @@ Result<PreparedClaim> ClaimPreparer::PrepareLocked(const ClaimRef& ref,
 }
 
 Result<PreparedClaim> ClaimPreparer::Prepare(const ClaimRef& ref) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = PrepareOne(ref);
+  NodeMetrics().prepare_seconds.WithLabels({}).Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!r.ok()) NodeMetrics().prepare_errors.WithLabels({}).Inc();
+  return r;
+}
+
+Result<PreparedClaim> ClaimPreparer::PrepareOne(const ClaimRef& ref) {
   auto fail = [this, &ref](const Status& s) -> Result<PreparedClaim> {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -343,6 +355,15 @@ Result<PreparedClaim> ClaimPreparer::Prepare(const ClaimRef& ref) {
 }
 
 Status ClaimPreparer::Unprepare(const ClaimRef& ref) {
+  const auto start = std::chrono::steady_clock::now();
+  Status s = UnprepareOne(ref);
+  NodeMetrics().unprepare_seconds.WithLabels({}).Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!s.ok()) NodeMetrics().unprepare_errors.WithLabels({}).Inc();
+  return s;
+}
+
+Status ClaimPreparer::UnprepareOne(const ClaimRef& ref) {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = prepared_.find(ref.uid);

@@ -52,8 +52,10 @@
 
 namespace danqing::dra {
 
-// Sets a GPU's time-slice (NVML's nvmlDeviceSetGpuTimeslice semantics: the
-// scheduling slice every context on the GPU gets).
+// Sets a GPU's compute time-slice: the scheduling slice every context on the
+// GPU gets, one setting per GPU (what `nvidia-smi compute-policy
+// --set-timeslice` sets). No implementation over NVML exists yet: the agent
+// passes none, and tests pass a fake.
 class TimeSlicer {
  public:
   virtual ~TimeSlicer() = default;
@@ -119,6 +121,8 @@ class ClaimPreparer {
     TimeSlice slice = TimeSlice::kDefault;
     std::set<std::string> claims;  // UIDs holding it
   };
+  Result<PreparedClaim> PrepareOne(const ClaimRef& ref);
+  Status UnprepareOne(const ClaimRef& ref);
   Result<PreparedClaim> PrepareLocked(const ClaimRef& ref, const ClaimAllocation& alloc,
                                       std::vector<const NodeDevice*>* nodes);
   Status ApplySliceLocked(const PreparedClaim& c, bool restoring);

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "dra-health/v1alpha1/api.grpc.pb.h"
+#include "dra/node_metrics.h"
 #include "dra/v1/api.grpc.pb.h"
 #include "dra/v1beta1/api.grpc.pb.h"
 #include "pluginregistration/v1/api.grpc.pb.h"
@@ -245,9 +246,11 @@ class NodePlugin::Services {
       if (st->plugin_registered()) {
         spdlog::info("dra: the kubelet registered driver {}", s_->plugin_->options_.driver_name);
         s_->Bump([](NodePluginStatus& x) { ++x.registered_notices; });
+        NodeMetrics().registration_notices.WithLabels({"registered"}).Inc();
       } else {
         spdlog::error("dra: the kubelet refused driver {}: {}", s_->plugin_->options_.driver_name,
                       st->error());
+        NodeMetrics().registration_notices.WithLabels({"refused"}).Inc();
         const std::string why = st->error();
         s_->Bump([&why](NodePluginStatus& x) {
           ++x.rejected_notices;

@@ -26,8 +26,8 @@ namespace danqing::dra {
 inline constexpr std::string_view kConfigApiVersion = "gpu.danqing.io/v1";
 inline constexpr std::string_view kConfigKind = "GpuConfig";
 
-// The GPU's time-slice, as NVML names them (NVML_TIMESLICE_*): Default is the
-// driver's own.
+// The GPU's compute time-slice, in the four steps the driver offers
+// (nvidia-smi compute-policy --set-timeslice 0..3); Default is the driver's own.
 enum class TimeSlice { kDefault, kShort, kMedium, kLong };
 std::string_view TimeSliceName(TimeSlice t);
 std::optional<TimeSlice> ParseTimeSlice(std::string_view name);

@@ -10,6 +10,7 @@
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"
 #include "dra/file_claim_source.h"
+#include "dra/time_slicer.h"
 #include "gpu/nvml_backend.h"
 #include "metrics/agent_metrics.h"
 
@@ -328,11 +329,18 @@ Status Agent::StartDra(const config::Config& cfg, const Built* built) {
     popts.cdi.driver_files = files;
   }
   claim_source_ = claim_sources_(cfg);
+  // nvidia-smi of the host's driver, with its libnvidia-ml; where there is
+  // none, time-slicing is NOT_SUPPORTED and claims asking for it are prepared
+  // at the default slice with a warning (docs/dra.md).
+  const std::string& root = cfg.flags.plugin.container_driver_root;
+  const std::string nvml = NvmlLibraryFor(cfg);
+  time_slicer_ = std::make_unique<dra::NvidiaSmiTimeSlicer>(
+      deviceplugin::UnderRoot(root, "/usr/bin/nvidia-smi"),
+      nvml.empty() ? std::string() : nvml.substr(0, nvml.rfind('/')));
   {
     std::lock_guard plock(publish_mu_);
-    // Time-slicing through NVML is not wired yet: claims that ask for it are
-    // prepared at the driver's default slice, with a warning (docs/dra.md).
-    dra_preparer_ = std::make_unique<dra::ClaimPreparer>(popts, claim_source_.get(), nullptr);
+    dra_preparer_ =
+        std::make_unique<dra::ClaimPreparer>(popts, claim_source_.get(), time_slicer_.get());
   }
   SetDraBase(built ? built->inventory : gpu::NodeInventory{},
              built ? built->dra_gpus : std::vector<std::string>{});

@@ -169,6 +169,7 @@ class Agent {
   // The DRA side (dra and split modes), guarded by publish_mu_ as manager_.
   ClaimSourceFactory claim_sources_;
   std::unique_ptr<dra::ClaimSource> claim_source_;
+  std::unique_ptr<dra::TimeSlicer> time_slicer_;
   std::unique_ptr<dra::ClaimPreparer> dra_preparer_;
   std::unique_ptr<dra::NodePlugin> dra_plugin_;
   std::shared_ptr<const dra::DeviceTable> dra_base_;

@@ -54,8 +54,8 @@ namespace danqing::dra {
 
 // Sets a GPU's compute time-slice: the scheduling slice every context on the
 // GPU gets, one setting per GPU (what `nvidia-smi compute-policy
-// --set-timeslice` sets). No implementation over NVML exists yet: the agent
-// passes none, and tests pass a fake.
+// --set-timeslice` sets; NvidiaSmiTimeSlicer in time_slicer.h). Tests pass a
+// fake.
 class TimeSlicer {
  public:
   virtual ~TimeSlicer() = default;

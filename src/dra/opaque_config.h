@@ -28,7 +28,7 @@ inline constexpr std::string_view kConfigKind = "GpuConfig";
 
 // The GPU's compute time-slice, in the four steps the driver offers
 // (nvidia-smi compute-policy --set-timeslice 0..3); Default is the driver's own.
-enum class TimeSlice { kDefault, kShort, kMedium, kLong };
+enum class TimeSlice { kDefault = 0, kShort = 1, kMedium = 2, kLong = 3 };
 std::string_view TimeSliceName(TimeSlice t);
 std::optional<TimeSlice> ParseTimeSlice(std::string_view name);
 

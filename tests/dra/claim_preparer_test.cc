@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/read_file.h"
+#include "dra/node_metrics.h"
 #include "testing/dra/fake_claim_source.h"
 #include "tests/dra/dra_test_util.h"
 
@@ -116,6 +117,7 @@ TEST_F(PreparerTest, BadClaimsAreErrorsNamingClaimAndDevice) {
   }
   EXPECT_TRUE(p->Prepared().empty());
   EXPECT_EQ(p->stats().prepare_errors, 4u);
+  EXPECT_GE(NodeMetrics().prepare_errors.WithLabels({}).value(), 4.0);
   EXPECT_FALSE(std::filesystem::exists(tree_ / "cdi/gpu.danqing.io-claim_u1.json"));
 }
 
@@ -246,8 +248,10 @@ TEST_F(PreparerTest, CorruptOrTruncatedCheckpointIsReportedAndRebuiltFromSpecs) 
     if (std::string(damage) == "garbage") text = "\x01\x02 not json";
     if (std::string(damage) == "empty") text.clear();
     std::ofstream(path, std::ios::trunc) << text;
+    const double counted = NodeMetrics().checkpoint_corrupt.WithLabels({}).value();
     auto p = Make();
     EXPECT_EQ(p->stats().corrupt_checkpoints, 1u);
+    EXPECT_EQ(NodeMetrics().checkpoint_corrupt.WithLabels({}).value(), counted + 1);
     ASSERT_EQ(p->Prepared().size(), 2u);
     EXPECT_EQ(p->Prepared().at("ub").devices[0].device, "gpu-3");
     // Rebuilt: a good checkpoint again.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/agent.h"
+#include "agent/doctor.h"
 #include "config/config.h"
 #include "dra/file_claim_source.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
@@ -163,6 +164,48 @@ TEST_F(DraAgentTest, SplitModeNeverOffersAGpuBothWays) {
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("draGpus"), std::string::npos);
   EXPECT_EQ(Prepare("b", "ub").error(), "");
+}
+
+const agent::Finding* Find(const std::vector<agent::Finding>& fs, const std::string& check) {
+  for (const auto& f : fs) {
+    if (f.check == check) return &f;
+  }
+  return nullptr;
+}
+
+TEST_F(DraAgentTest, DoctorChecksTheDraSide) {
+  testing::FakeNode node("a100-8x-nvswitch");
+  WriteClaims(nlohmann::json::array({ResourceClaim("train", "uid-1", "gpu-1")}));
+  auto cfg = Config("dra");
+  agent_ = std::make_unique<agent::Agent>();
+  ASSERT_TRUE(agent_->Start(cfg).ok());
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  ASSERT_EQ(Prepare("train", "uid-1").error(), "");
+  auto running = agent::RunDoctor(cfg, agent::NvmlBackendFactory());
+  using L = agent::Finding::Level;
+  ASSERT_TRUE(Find(running, "DRA registration socket"));
+  EXPECT_EQ(Find(running, "DRA registration socket")->level, L::kOk);
+  ASSERT_TRUE(Find(running, "DRA checkpoint"));
+  EXPECT_EQ(Find(running, "DRA checkpoint")->level, L::kOk);
+  EXPECT_NE(Find(running, "DRA checkpoint")->detail.find("1 prepared claim(s)"), std::string::npos);
+  EXPECT_EQ(Find(running, "DRA claims")->level, L::kInfo);
+
+  agent_->Stop();
+  agent_.reset();
+  std::ofstream(dir_ + "/state/checkpoint.json", std::ios::trunc) << "{\"version\": 1";
+  auto stopped = agent::RunDoctor(cfg, agent::NvmlBackendFactory());
+  EXPECT_EQ(Find(stopped, "DRA registration socket")->level, L::kWarn);
+  EXPECT_EQ(Find(stopped, "DRA checkpoint")->level, L::kWarn);
+  EXPECT_NE(Find(stopped, "DRA checkpoint")->detail.find("corrupt"), std::string::npos);
+  cfg.danqing.dra_plugins_registry = dir_ + "/no-registry";
+  cfg.danqing.dra_claims_file = "";
+  auto absent = agent::RunDoctor(cfg, agent::NvmlBackendFactory());
+  EXPECT_EQ(Find(absent, "DRA registration directory")->level, L::kFail);
+  EXPECT_EQ(Find(absent, "DRA claims")->level, L::kWarn);
+  cfg.danqing.mode = "device-plugin";
+  auto off = agent::RunDoctor(cfg, agent::NvmlBackendFactory());
+  EXPECT_EQ(Find(off, "DRA")->level, L::kInfo);
+  EXPECT_FALSE(Find(off, "DRA checkpoint"));
 }
 
 TEST_F(DraAgentTest, SplitNamingAnAbsentGpuFailsToStart) {

@@ -256,6 +256,31 @@ TEST(DraSplit, GpusAreChosenByUuidOrIndexAndLeaveTheDevicePluginsInventory) {
   EXPECT_TRUE(agent::DraGpuUuids(cfg, inv)->empty());
 }
 
+TEST(DraGpusCommand, ShowsWhichWayEachGpuIsServed) {
+  testing::FakeNode node("a100-8x-nvswitch");
+  auto r = testing::RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--nvml-lib", testing::FakeNvmlLibrary(),
+                                "gpus", "--json", "--no-sensors", "--log-level", "error",
+                                "--config-file=", "--mode", "split", "--dra-gpus", "2,5",
+                                "--node-name", "node-a"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["serving"]["gpus"].size(), 8u);
+  EXPECT_EQ(j["serving"]["mode"], "split");
+  for (const auto& g : j["serving"]["gpus"]) {
+    const int i = g["index"];
+    EXPECT_EQ(g["by"], (i == 2 || i == 5) ? "dra" : "device-plugin") << i;
+    if (i == 5) {
+      EXPECT_EQ(g["draDevice"], "gpu-5");
+    }
+  }
+  auto table = testing::RunCommand(
+      {DANQING_DEVICE_PLUGIN_BIN, "--nvml-lib", testing::FakeNvmlLibrary(), "gpus", "--no-sensors",
+       "--log-level", "error", "--config-file=", "--mode", "dra", "--node-name", "node-a"});
+  ASSERT_EQ(table.exit_code, 0) << table.out;
+  EXPECT_NE(table.out.find("Served (mode dra):"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("DRA gpu.danqing.io device gpu-7"), std::string::npos) << table.out;
+}
+
 TEST(DraConfig, SettingsAreCheckedWithTheFieldNamed) {
   auto bad_mode = config::ParseConfig("version: v1\ndanqing:\n  mode: both\n", "c.yaml");
   ASSERT_FALSE(bad_mode.ok());

@@ -108,6 +108,15 @@ TEST_F(NodePluginTest, RegistersThenPreparesAndUnprepares) {
   auto un = Unprepare({{"default", "train", "uid-1"}});
   EXPECT_EQ(un.claims().at("uid-1").error(), "");
   EXPECT_FALSE(std::filesystem::exists(SpecPath("uid-1")));
+
+  // A stopped plugin takes its sockets away: the kubelet deregisters it.
+  StopPlugin();
+  EXPECT_FALSE(std::filesystem::exists(tree_ / "registry/gpu.danqing.io-reg.sock"));
+  EXPECT_FALSE(std::filesystem::exists(tree_ / "plugins/gpu/dra.sock"));
+  ASSERT_TRUE(kubelet_->WaitForDeregistration(kDriver, 10s));
+  drav1::NodePrepareResourcesResponse resp2;
+  EXPECT_EQ(kubelet_->Prepare(kDriver, {{"default", "train", "uid-1"}}, &resp2).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(NodePluginTest, OlderKubeletUsesV1beta1) {

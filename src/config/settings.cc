@@ -93,6 +93,18 @@ std::string SetReplicaPolicy(Config& c, std::string_view t) {
 }
 std::string GetReplicaPolicy(const Config& c) { return c.danqing.replica_policy; }
 
+// draPluginDir: empty (the default under /var/lib/kubelet/plugins), or an
+// absolute directory whose dra.sock fits a unix socket address.
+std::string CheckDraPluginDir(std::string_view path) {
+  if (path.empty()) return "";
+  if (std::string reason = CheckAbsolutePath(path); !reason.empty()) return reason;
+  if (path.size() + std::string_view("/dra.sock").size() > 107) {
+    return "directory " + Quote(path) +
+           " is too long for its dra.sock to be a unix socket address (107 bytes)";
+  }
+  return "";
+}
+
 std::string SetMode(Config& c, std::string_view t) {
   if (t != "device-plugin" && t != "dra" && t != "split") {
     return "invalid mode " + Quote(t) + "; expected device-plugin, dra or split";
@@ -523,7 +535,8 @@ std::vector<Setting> BuildTable() {
        .env = "DANQING_DRA_PLUGIN_DIR",
        .command_line = &CL::dra_plugin_dir,
        .help = "Directory of the DRA socket dra.sock (default /var/lib/kubelet/plugins/<driver>)",
-       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.dra_plugin_dir; }},
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.dra_plugin_dir; },
+                              CheckDraPluginDir},
        .nvidia = false},
       {.path = "danqing.draCheckpointDir",
        .flag = "dra-checkpoint-dir",

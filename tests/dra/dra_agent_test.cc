@@ -290,6 +290,10 @@ TEST(DraConfig, SettingsAreCheckedWithTheFieldNamed) {
       config::ParseConfig("version: v1\ndanqing:\n  draDriverName: GPU_Danqing\n", "c.yaml");
   ASSERT_FALSE(bad_name.ok());
   EXPECT_NE(bad_name.status().message().find("danqing.draDriverName"), std::string::npos);
+  auto relative =
+      config::ParseConfig("version: v1\ndanqing:\n  draPluginDir: plugins/gpu\n", "c.yaml");
+  ASSERT_FALSE(relative.ok());
+  EXPECT_NE(relative.status().message().find("danqing.draPluginDir"), std::string::npos);
   auto split =
       config::ParseConfig("version: v1\ndanqing:\n  mode: split\n  nodeName: n\n", "c.yaml");
   ASSERT_TRUE(split.ok());

@@ -11,12 +11,12 @@
 //
 // Exit codes: 0 success; 1 failure; 2 usage or configuration error; 3 NVML
 // unavailable (no library, or nvmlInit failed).
+#include <CLI/CLI.hpp>
 #include <malloc.h>
 #include <signal.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <spdlog/spdlog.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

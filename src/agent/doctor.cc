@@ -1,7 +1,5 @@
 #include "agent/doctor.h"
 
-#include <grpcpp/grpcpp.h>
-#include <httplib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -9,9 +7,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+
 #include <map>
 #include <optional>
-#include <sstream>
 
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"

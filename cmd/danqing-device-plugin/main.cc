@@ -17,9 +17,11 @@
 #include <unistd.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -96,10 +98,35 @@ int RunGpus(const danqing::config::Config& cfg, bool json, bool no_sensors) {
   if (!backend.ok()) return Fail(backend.status());
   auto snap = danqing::gpu::TakeSnapshot(**backend, !no_sensors);
   if (!snap.ok()) return Fail(snap.status());
+  // Which front end serves each GPU under the configured mode (docs/dra.md).
+  auto dra = danqing::agent::DraGpuUuids(cfg, snap->inventory);
+  if (!dra.ok()) return Fail(dra.status());
+  auto by_dra = [&dra](const std::string& uuid) {
+    return std::find(dra->begin(), dra->end(), uuid) != dra->end();
+  };
   if (json) {
-    std::cout << danqing::gpu::ToJson(*snap).dump(2) << '\n';
+    nlohmann::json out = danqing::gpu::ToJson(*snap);
+    nlohmann::json served = nlohmann::json::array();
+    for (const auto& g : snap->inventory.gpus) {
+      nlohmann::json e = {
+          {"index", g.index}, {"uuid", g.uuid}, {"by", by_dra(g.uuid) ? "dra" : "device-plugin"}};
+      if (by_dra(g.uuid)) e["draDevice"] = danqing::dra::DeviceNameFor(g);
+      served.push_back(std::move(e));
+    }
+    out["serving"] = {
+        {"mode", cfg.danqing.mode}, {"draDriver", cfg.danqing.dra_driver_name}, {"gpus", served}};
+    std::cout << out.dump(2) << '\n';
   } else {
     std::cout << danqing::gpu::RenderTable(*snap);
+    std::cout << "\nServed (mode " << cfg.danqing.mode << "):\n";
+    for (const auto& g : snap->inventory.gpus) {
+      std::cout << "  GPU " << g.index << "  " << g.uuid << "  "
+                << (by_dra(g.uuid) ? "DRA " + cfg.danqing.dra_driver_name + " device " +
+                                         danqing::dra::DeviceNameFor(g) +
+                                         (g.mig_devices.empty() ? "" : " (and its MIG devices)")
+                                   : std::string("device plugin"))
+                << '\n';
+    }
   }
   return 0;
 }

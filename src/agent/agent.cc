@@ -9,6 +9,8 @@
 #include "agent/labels.h"
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"
+#include "dra/file_claim_source.h"
+#include "dra/time_slicer.h"
 #include "gpu/nvml_backend.h"
 #include "metrics/agent_metrics.h"
 
@@ -110,6 +112,79 @@ deviceplugin::ManagerOptions ManagerOptionsFrom(const config::Config& cfg) {
   return m;
 }
 
+ClaimSourceFactory DefaultClaimSourceFactory() {
+  return [](const config::Config& cfg) -> std::unique_ptr<dra::ClaimSource> {
+    if (!cfg.danqing.dra_claims_file.empty()) {
+      return std::make_unique<dra::FileClaimSource>(cfg.danqing.dra_claims_file);
+    }
+    return std::make_unique<dra::NoClaimSource>(
+        "no source of ResourceClaims: this build reads claims only from danqing.draClaimsFile, "
+        "which is not set");
+  };
+}
+
+Result<std::vector<std::string>> DraGpuUuids(const config::Config& cfg,
+                                             const gpu::NodeInventory& inventory) {
+  std::vector<std::string> out;
+  if (cfg.danqing.mode == "dra") {
+    for (const auto& g : inventory.gpus) out.push_back(g.uuid);
+    return out;
+  }
+  if (cfg.danqing.mode != "split") return out;
+  for (const auto& want : cfg.danqing.dra_gpus) {
+    const gpu::Gpu* found = nullptr;
+    for (const auto& g : inventory.gpus) {
+      if (g.uuid == want || std::to_string(g.index) == want) found = &g;
+    }
+    if (found == nullptr) {
+      return InvalidArgument("danqing.draGpus: no GPU '" + want +
+                             "' on this node (give a GPU UUID or NVML index)");
+    }
+    if (std::find(out.begin(), out.end(), found->uuid) == out.end()) out.push_back(found->uuid);
+  }
+  return out;
+}
+
+gpu::NodeInventory WithoutGpus(const gpu::NodeInventory& inventory,
+                               const std::vector<std::string>& uuids) {
+  gpu::NodeInventory out = inventory;
+  out.gpus.clear();
+  std::vector<size_t> kept;
+  for (size_t i = 0; i < inventory.gpus.size(); ++i) {
+    if (std::find(uuids.begin(), uuids.end(), inventory.gpus[i].uuid) != uuids.end()) continue;
+    kept.push_back(i);
+    out.gpus.push_back(inventory.gpus[i]);
+  }
+  out.topology = gpu::Topology(kept.size());
+  if (inventory.topology.size() == inventory.gpus.size()) {
+    for (size_t a = 0; a < kept.size(); ++a) {
+      for (size_t b = 0; b < kept.size(); ++b)
+        out.topology.at(a, b) = inventory.topology.at(kept[a], kept[b]);
+    }
+  }
+  return out;
+}
+
+dra::NodePluginOptions NodePluginOptionsFrom(const config::Config& cfg) {
+  dra::NodePluginOptions o;
+  o.driver_name = cfg.danqing.dra_driver_name;
+  o.registry_dir = cfg.danqing.dra_plugins_registry;
+  o.plugin_dir = cfg.danqing.dra_plugin_dir;
+  return o;
+}
+
+dra::PreparerOptions PreparerOptionsFrom(const config::Config& cfg) {
+  dra::PreparerOptions o;
+  o.driver_name = cfg.danqing.dra_driver_name;
+  o.checkpoint_dir = cfg.danqing.dra_checkpoint_dir;
+  o.cdi.cdi_root = cfg.danqing.cdi_root;
+  o.cdi.kind = cfg.danqing.dra_driver_name + "/claim";
+  o.cdi.dev_root =
+      cfg.flags.nvidia_dev_root.empty() ? cfg.flags.nvidia_driver_root : cfg.flags.nvidia_dev_root;
+  o.cdi.mig_cap_minors = ReadMigCapMinors();
+  return o;
+}
+
 std::vector<std::string> KeepUnreadableGpus(const gpu::NodeInventory& previous,
                                             gpu::NodeInventory& fresh) {
   std::vector<const gpu::Gpu*> kept;
@@ -175,8 +250,11 @@ std::vector<std::string> KeepUnreadableGpus(const gpu::NodeInventory& previous,
   return uuids;
 }
 
-Agent::Agent(BackendFactory factory, std::function<void()> request_reload)
-    : factory_(std::move(factory)), request_reload_(std::move(request_reload)) {}
+Agent::Agent(BackendFactory factory, std::function<void()> request_reload,
+             ClaimSourceFactory claim_sources)
+    : factory_(std::move(factory)),
+      request_reload_(std::move(request_reload)),
+      claim_sources_(std::move(claim_sources)) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -203,7 +281,11 @@ Result<Agent::Built> Agent::Build(const config::Config& cfg,
   }
   auto ropts = ResourceOptionsFrom(cfg);
   if (!ropts.ok()) return ropts.status();
-  auto set = deviceplugin::BuildResources(*inv, *ropts);
+  auto dra_gpus = DraGpuUuids(cfg, *inv);
+  if (!dra_gpus.ok()) return dra_gpus.status();
+  // A GPU served through DRA is not the device plugin's: never both ways.
+  auto set =
+      deviceplugin::BuildResources(dra_gpus->empty() ? *inv : WithoutGpus(*inv, *dra_gpus), *ropts);
   if (!set.ok()) return set.status();
   for (const auto& w : (*set)->warnings) spdlog::warn("agent: {}", w);
   if (!cfg.danqing.node_features_file.empty()) {
@@ -213,13 +295,57 @@ Result<Agent::Built> Agent::Build(const config::Config& cfg,
   for (const auto& r : (*set)->resources) {
     spdlog::info("agent: resource={} devices={} replicas={}", r.name, r.devices.size(), r.replicas);
   }
-  return Built{std::move(inv).value(), std::move(set).value()};
+  if (!dra_gpus->empty())
+    spdlog::info("agent: {} GPU(s) served through DRA ({})", dra_gpus->size(), cfg.danqing.mode);
+  return Built{std::move(inv).value(), std::move(set).value(), std::move(dra_gpus).value()};
 }
 
 void Agent::Publish(const std::map<std::string, std::string>& unhealthy) {
   std::lock_guard lock(publish_mu_);
   unhealthy_ = unhealthy;
   if (manager_ && base_) manager_->Update(deviceplugin::WithHealth(*base_, unhealthy_));
+  if (dra_preparer_ && dra_base_)
+    dra_preparer_->SetDevices(dra::WithHealth(*dra_base_, unhealthy_));
+}
+
+void Agent::SetDraBase(const gpu::NodeInventory& inventory,
+                       const std::vector<std::string>& dra_gpus) {
+  std::lock_guard lock(publish_mu_);
+  dra_base_ = std::make_shared<const dra::DeviceTable>(
+      dra_gpus.empty() ? dra::DeviceTable{cfg_.danqing.node_name, {}, inventory.driver_version}
+                       : dra::BuildDeviceTable(inventory, cfg_.danqing.node_name, dra_gpus));
+  if (dra_preparer_) dra_preparer_->SetDevices(dra::WithHealth(*dra_base_, unhealthy_));
+}
+
+Status Agent::StartDra(const config::Config& cfg, const Built* built) {
+  dra::PreparerOptions popts = PreparerOptionsFrom(cfg);
+  if (!cfg.flags.plugin.container_driver_root.empty() && built != nullptr) {
+    const auto files =
+        deviceplugin::FindDriverFiles({.local = cfg.flags.plugin.container_driver_root,
+                                       .host = cfg.flags.nvidia_driver_root,
+                                       .version = built->inventory.driver_version,
+                                       .hook_path = cfg.flags.plugin.nvidia_ctk_path});
+    for (const auto& w : files.warnings) spdlog::warn("agent: DRA CDI specs {}", w);
+    popts.cdi.driver_files = files;
+  }
+  claim_source_ = claim_sources_(cfg);
+  // nvidia-smi of the host's driver, with its libnvidia-ml; where there is
+  // none, time-slicing is NOT_SUPPORTED and claims asking for it are prepared
+  // at the default slice with a warning (docs/dra.md).
+  const std::string& root = cfg.flags.plugin.container_driver_root;
+  const std::string nvml = NvmlLibraryFor(cfg);
+  time_slicer_ = std::make_unique<dra::NvidiaSmiTimeSlicer>(
+      deviceplugin::UnderRoot(root, "/usr/bin/nvidia-smi"),
+      nvml.empty() ? std::string() : nvml.substr(0, nvml.rfind('/')));
+  {
+    std::lock_guard plock(publish_mu_);
+    dra_preparer_ =
+        std::make_unique<dra::ClaimPreparer>(popts, claim_source_.get(), time_slicer_.get());
+  }
+  SetDraBase(built ? built->inventory : gpu::NodeInventory{},
+             built ? built->dra_gpus : std::vector<std::string>{});
+  dra_plugin_ = std::make_unique<dra::NodePlugin>(NodePluginOptionsFrom(cfg), dra_preparer_.get());
+  return dra_plugin_->Start();
 }
 
 void Agent::SetBase(std::shared_ptr<const deviceplugin::ResourceSet> set) {
@@ -286,7 +412,10 @@ Status Agent::Start(const config::Config& cfg) {
   if (!degraded_) {
     if (Status st = StartChecker(cfg, built->inventory); !st.ok()) return st;
   }
-  {
+  if (cfg.danqing.mode != "device-plugin") {
+    if (Status st = StartDra(cfg, degraded_ ? nullptr : &*built); !st.ok()) return st;
+  }
+  if (cfg.danqing.mode != "dra") {
     std::lock_guard plock(publish_mu_);
     manager_ = std::make_unique<deviceplugin::PluginManager>(manager_options_);
     if (Status st = manager_->Start(deviceplugin::WithHealth(*base_, unhealthy_)); !st.ok()) return st;
@@ -326,6 +455,7 @@ void Agent::RetryLoop() {
     nvml_lib_ = NvmlLibraryFor(cfg_);
     degraded_ = false;
     SetBase(built->set);
+    SetDraBase(built->inventory, built->dra_gpus);
     if (Status st = StartChecker(cfg_, built->inventory); !st.ok()) {
       spdlog::error("agent: health checks not started: {}", st.ToString());
     }
@@ -338,6 +468,21 @@ Status Agent::Reload(const config::Config& cfg) {
   std::unique_lock lock(state_mu_);
   auto health_opts = HealthOptionsFrom(cfg);
   if (!health_opts.ok()) return health_opts.status().WithContext("reload kept the running configuration");
+  // The DRA settings are read at start only: moving a GPU between the
+  // device plugin and DRA while it may be allocated on either side needs the
+  // withdraw-then-offer sequence of issue 25, not done yet.
+  const auto& a = cfg.danqing;
+  const auto& b = cfg_.danqing;
+  if (a.mode != b.mode || a.dra_gpus != b.dra_gpus || a.dra_driver_name != b.dra_driver_name ||
+      a.dra_plugins_registry != b.dra_plugins_registry || a.dra_plugin_dir != b.dra_plugin_dir ||
+      a.dra_checkpoint_dir != b.dra_checkpoint_dir || a.dra_claims_file != b.dra_claims_file ||
+      a.node_name != b.node_name) {
+    return FailedPrecondition(
+        "reload kept the running configuration: danqing.mode, draGpus, draDriverName, "
+        "draPluginsRegistry, "
+        "draPluginDir, draCheckpointDir, draClaimsFile and nodeName change only with a restart of "
+        "the agent");
+  }
   // The running backend rediscovers; only a changed NVML library path (or a
   // start without any) needs a new one, which replaces the running one once
   // the new configuration built.
@@ -367,7 +512,11 @@ Status Agent::Reload(const config::Config& cfg) {
   StartMetrics(cfg);
   auto mopts = ManagerOptionsFrom(cfg);
   Status result = Status::Ok();
-  if (mopts == manager_options_) {
+  SetDraBase(built->inventory, built->dra_gpus);
+  if (cfg.danqing.mode == "dra") {
+    SetBase(built->set);
+    spdlog::info("agent: reloaded; DRA devices republished");
+  } else if (mopts == manager_options_) {
     SetBase(built->set);
     // The driver's files may have changed (a daemon's socket came or went).
     {
@@ -406,6 +555,7 @@ void Agent::Stop() {
     std::lock_guard slock(sources_mu_);
     checker_.reset();
   }
+  if (dra_plugin_) dra_plugin_->Stop();
   std::lock_guard plock(publish_mu_);
   if (manager_) manager_->Stop();
 }
@@ -459,7 +609,8 @@ void Agent::StartMetrics(const config::Config& cfg) {
   o.collector.kubelet_checkpoint = cfg.danqing.device_plugin_path + "/kubelet_internal_checkpoint";
   o.ready = [this] {
     std::lock_guard lock(publish_mu_);
-    if (!manager_) return false;
+    if (dra_plugin_ && !dra_plugin_->status().serving) return false;
+    if (!manager_) return dra_plugin_ != nullptr;
     for (const auto& st : manager_->Statuses()) {
       if (!st.registered) return false;
     }

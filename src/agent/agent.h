@@ -22,6 +22,10 @@
 #include "common/status.h"
 #include "config/config.h"
 #include "deviceplugin/plugin_manager.h"
+#include "dra/claim_preparer.h"
+#include "dra/claims.h"
+#include "dra/node_devices.h"
+#include "dra/node_plugin.h"
 #include "gpu/backend.h"
 #include "health/checker.h"
 #include "metrics/exporter.h"
@@ -56,13 +60,33 @@ Result<health::CheckerOptions> HealthOptionsFrom(const config::Config& cfg);
 std::vector<std::string> KeepUnreadableGpus(const gpu::NodeInventory& previous,
                                             gpu::NodeInventory& fresh);
 
+// The DRA side's source of ResourceClaims (docs/dra.md). The default reads
+// danqing.draClaimsFile when set, else is a source that fails every read
+// saying no API client is configured. The agent's main passes the API
+// client's claim reader here once it exists.
+using ClaimSourceFactory = std::function<std::unique_ptr<dra::ClaimSource>(const config::Config&)>;
+ClaimSourceFactory DefaultClaimSourceFactory();
+
+// The UUIDs of the GPUs of `inventory` that danqing.mode serves through DRA:
+// none (device-plugin), all (dra), those danqing.draGpus names by UUID or
+// NVML index (split; INVALID_ARGUMENT naming an entry that matches no GPU).
+Result<std::vector<std::string>> DraGpuUuids(const config::Config& cfg,
+                                             const gpu::NodeInventory& inventory);
+// `inventory` without the GPUs `uuids` (topology and errors kept for the rest).
+gpu::NodeInventory WithoutGpus(const gpu::NodeInventory& inventory,
+                               const std::vector<std::string>& uuids);
+// The node plugin's options from the configuration.
+dra::NodePluginOptions NodePluginOptionsFrom(const config::Config& cfg);
+dra::PreparerOptions PreparerOptionsFrom(const config::Config& cfg);
+
 class Agent {
  public:
   // `request_reload`, when set, is called (from the agent's event thread)
   // when NVML reports a MIG re-partition, so the owner re-runs Reload();
   // without it MIG changes are picked up on the next explicit reload.
   explicit Agent(BackendFactory factory = NvmlBackendFactory(),
-                 std::function<void()> request_reload = {});
+                 std::function<void()> request_reload = {},
+                 ClaimSourceFactory claim_sources = DefaultClaimSourceFactory());
   ~Agent();
 
   // Discovers GPUs and serves their resources. With failOnInitError (the
@@ -78,7 +102,11 @@ class Agent {
 
   void Stop();
 
+  // Null in dra mode (no device plugin resource is served).
   const deviceplugin::PluginManager* manager() const { return manager_.get(); }
+  // The DRA side; null in device-plugin mode.
+  const dra::NodePlugin* dra_plugin() const { return dra_plugin_.get(); }
+  const dra::ClaimPreparer* dra_preparer() const { return dra_preparer_.get(); }
 
   // The health of every tracked device (empty while no GPU is served).
   std::vector<health::DeviceHealth> Health() const;
@@ -92,8 +120,13 @@ class Agent {
  private:
   struct Built {
     gpu::NodeInventory inventory;
-    std::shared_ptr<const deviceplugin::ResourceSet> set;
+    std::shared_ptr<const deviceplugin::ResourceSet> set;  // of the device plugin's GPUs
+    std::vector<std::string> dra_gpus;                     // UUIDs served through DRA
   };
+  // Starts the DRA side over `built` (state_mu_ held).
+  Status StartDra(const config::Config& cfg, const Built* built);
+  // Replaces the DRA side's devices and republishes (takes publish_mu_).
+  void SetDraBase(const gpu::NodeInventory& inventory, const std::vector<std::string>& dra_gpus);
   // Discovers through `backend` (created from the factory when null).
   // `previous`, when given, is the inventory being replaced: GPUs it had that
   // this discovery cannot read are kept (KeepUnreadableGpus).
@@ -133,6 +166,13 @@ class Agent {
   std::shared_ptr<const deviceplugin::ResourceSet> base_;
   std::map<std::string, std::string> unhealthy_;
   std::unique_ptr<deviceplugin::PluginManager> manager_;
+  // The DRA side (dra and split modes), guarded by publish_mu_ as manager_.
+  ClaimSourceFactory claim_sources_;
+  std::unique_ptr<dra::ClaimSource> claim_source_;
+  std::unique_ptr<dra::TimeSlicer> time_slicer_;
+  std::unique_ptr<dra::ClaimPreparer> dra_preparer_;
+  std::unique_ptr<dra::NodePlugin> dra_plugin_;
+  std::shared_ptr<const dra::DeviceTable> dra_base_;
 
   // Guards backend_, inventory_ and checker_ (the pointers) for readers on
   // other threads (the metrics collector, accessors); writers also hold

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <sstream>
 
+#include <grpcpp/grpcpp.h>
 #include <httplib.h>
 
 #include <map>
@@ -16,8 +17,10 @@
 
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"
+#include "dra/checkpoint.h"
 #include "health/monitor.h"
 #include "metrics/exporter.h"
+#include "pluginregistration/v1/api.grpc.pb.h"
 
 namespace danqing::agent {
 namespace {
@@ -331,6 +334,63 @@ std::string_view Tag(Level l) {
   return "[ ?? ]";
 }
 
+// The DRA side (docs/dra.md): the plugin watcher's directory, this driver's
+// registration socket answering GetInfo, the checkpoint, and where claims
+// are read from.
+void CheckDra(const config::Config& cfg, Findings& f) {
+  const auto& d = cfg.danqing;
+  if (d.mode == "device-plugin") {
+    f.Add(Level::kInfo, "DRA", "off (danqing.mode is device-plugin)");
+    return;
+  }
+  struct stat st;
+  if (::stat(d.dra_plugins_registry.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    f.Add(Level::kFail, "DRA registration directory",
+          d.dra_plugins_registry + " is not a directory",
+          "mount the kubelet's plugin registration directory into the agent (hostPath " +
+              d.dra_plugins_registry + ", danqing.draPluginsRegistry)");
+  } else {
+    f.Add(Level::kOk, "DRA registration directory", d.dra_plugins_registry);
+    const std::string sock = d.dra_plugins_registry + "/" + d.dra_driver_name + "-reg.sock";
+    auto stub = pluginregistration::Registration::NewStub(
+        grpc::CreateChannel("unix:" + sock, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    pluginregistration::PluginInfo info;
+    const grpc::Status gs = stub->GetInfo(&ctx, pluginregistration::InfoRequest(), &info);
+    if (gs.ok() && info.name() == d.dra_driver_name) {
+      f.Add(Level::kOk, "DRA registration socket",
+            sock + " answers (endpoint " + info.endpoint() + ")");
+    } else {
+      f.Add(Level::kWarn, "DRA registration socket",
+            sock + (gs.ok() ? " answers for another driver (" + info.name() + ")"
+                            : " does not answer"),
+            "start the agent in dra or split mode; it creates the socket once dra.sock serves");
+    }
+  }
+  dra::Checkpoint cp(d.dra_checkpoint_dir);
+  auto loaded = cp.Load();
+  if (loaded.ok()) {
+    f.Add(Level::kOk, "DRA checkpoint",
+          cp.path() + ": " + std::to_string(loaded->size()) + " prepared claim(s)");
+  } else if (loaded.status().code() == StatusCode::kNotFound) {
+    f.Add(Level::kInfo, "DRA checkpoint",
+          "none yet at " + cp.path() + " (no claim prepared on this node)");
+  } else {
+    f.Add(Level::kWarn, "DRA checkpoint", loaded.status().message(),
+          "the agent rebuilds it from the claims' CDI specs at its next start; keep "
+          "danqing.draCheckpointDir on "
+          "persistent storage");
+  }
+  if (d.dra_claims_file.empty()) {
+    f.Add(Level::kWarn, "DRA claims",
+          "no source of ResourceClaims in this build (danqing.draClaimsFile is empty)",
+          "every prepare fails until the agent reads claims from the API server");
+  } else {
+    f.Add(Level::kInfo, "DRA claims", "read from " + d.dra_claims_file);
+  }
+}
+
 }  // namespace
 
 std::vector<Finding> RunDoctor(const Result<config::Config>& config, const BackendFactory& factory,
@@ -351,6 +411,7 @@ std::vector<Finding> RunDoctor(const Result<config::Config>& config, const Backe
   CheckGpus(cfg, factory, f);
   CheckKubelet(cfg, f);
   CheckCdi(cfg, options, f);
+  CheckDra(cfg, f);
   return f.list;
 }
 

@@ -5,7 +5,8 @@
 // the GPUs it reports; the device nodes containers need; the kubelet's
 // device-plugin directory and socket; the pod-resources socket; the CDI
 // directory; the container runtime's CDI setting (when its config file is
-// readable); device events; and each GPU's health with reasons: the running
+// readable); the DRA side in dra/split mode (registration directory and
+// socket, checkpoint, claim source); device events; and each GPU's health with reasons: the running
 // agent's view when one answers on this host's metricsAddr (it saw the XIDs
 // and ECC events), else one reading of the sensors.
 //

@@ -225,6 +225,21 @@ Status Validate(const Config& c) {
                            " is not supported: Danqing does not run an MPS control daemon; "
                            "share GPUs with sharing.timeSlicing instead");
   }
+  if (c.danqing.mode == "split" && c.danqing.dra_gpus.empty()) {
+    return InvalidArgument(
+        "invalid configuration: " + Cite(c, "danqing.mode") +
+        " = split needs danqing.draGpus (--dra-gpus): the GPUs served through DRA");
+  }
+  if (c.danqing.mode != "split" && !c.danqing.dra_gpus.empty()) {
+    return InvalidArgument("invalid configuration: " + Cite(c, "danqing.draGpus") + " is set but " +
+                           Cite(c, "danqing.mode") + " is not split");
+  }
+  if (c.danqing.mode != "device-plugin" && c.danqing.node_name.empty()) {
+    return InvalidArgument(
+        "invalid configuration: " + Cite(c, "danqing.mode") + " = " + c.danqing.mode +
+        " needs danqing.nodeName (--node-name, NODE_NAME from the downward API): it "
+        "names the DRA pool");
+  }
   const auto& ids = c.imex.channel_ids;
   if (!(ids.empty() || (ids.size() == 1 && ids[0] == 0))) {
     return InvalidArgument("invalid configuration: " + Cite(c, "imex.channelIDs") +

@@ -203,6 +203,21 @@ struct DanqingSettings {
   Duration xid_quiet_period = std::chrono::minutes(5);  // xidQuietPeriod; >= 0
   // failOnInitError=false: how often NVML is retried while no GPU is served.
   Duration init_retry_interval = std::chrono::seconds(30);  // initRetryInterval; > 0
+  // DRA (issue 25, docs/dra.md). mode: "device-plugin" (the default: every
+  // GPU through the device plugin), "dra" (every GPU through the DRA driver,
+  // no device plugin), or "split" (the GPUs named in draGpus through DRA, the
+  // others through the device plugin; a GPU is never offered both ways).
+  std::string mode = "device-plugin";              // mode
+  std::string dra_driver_name = "gpu.danqing.io";  // draDriverName
+  std::vector<std::string> dra_gpus;               // draGpus: split only; GPU UUIDs or NVML indices
+  std::string dra_plugins_registry = "/var/lib/kubelet/plugins_registry";  // draPluginsRegistry
+  std::string dra_plugin_dir;  // draPluginDir; empty = /var/lib/kubelet/plugins/<draDriverName>
+  std::string dra_checkpoint_dir = "/var/lib/kubelet/plugins/gpu.danqing.io";  // draCheckpointDir
+  // draClaimsFile: until the API client is wired, claims are read from this
+  // file (`kubectl get resourceclaims -A -o json`); empty = every prepare
+  // fails with "no source of claims".
+  std::string dra_claims_file;
+  std::string node_name;  // nodeName (NODE_NAME): the DRA pool name; required in dra/split
 
   bool operator==(const DanqingSettings&) const = default;
 };
@@ -294,6 +309,14 @@ struct CommandLine {
   std::optional<std::string> reset_xids;             // --reset-xids
   std::optional<std::string> xid_quiet_period;       // --xid-quiet-period
   std::optional<std::string> init_retry_interval;    // --init-retry-interval
+  std::optional<std::string> mode;                   // --mode
+  std::optional<std::string> dra_driver_name;        // --dra-driver-name
+  std::optional<std::string> dra_gpus;               // --dra-gpus
+  std::optional<std::string> dra_plugins_registry;   // --dra-plugins-registry
+  std::optional<std::string> dra_plugin_dir;         // --dra-plugin-dir
+  std::optional<std::string> dra_checkpoint_dir;     // --dra-checkpoint-dir
+  std::optional<std::string> dra_claims_file;        // --dra-claims-file
+  std::optional<std::string> node_name;              // --node-name
 };
 
 // How a flag takes its value, for registering it with a flag parser.

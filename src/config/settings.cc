@@ -93,6 +93,68 @@ std::string SetReplicaPolicy(Config& c, std::string_view t) {
 }
 std::string GetReplicaPolicy(const Config& c) { return c.danqing.replica_policy; }
 
+// draPluginDir: empty (the default under /var/lib/kubelet/plugins), or an
+// absolute directory whose dra.sock fits a unix socket address.
+std::string CheckDraPluginDir(std::string_view path) {
+  if (path.empty()) return "";
+  if (std::string reason = CheckAbsolutePath(path); !reason.empty()) return reason;
+  if (path.size() + std::string_view("/dra.sock").size() > 107) {
+    return "directory " + Quote(path) +
+           " is too long for its dra.sock to be a unix socket address (107 bytes)";
+  }
+  return "";
+}
+
+std::string SetMode(Config& c, std::string_view t) {
+  if (t != "device-plugin" && t != "dra" && t != "split") {
+    return "invalid mode " + Quote(t) + "; expected device-plugin, dra or split";
+  }
+  c.danqing.mode = std::string(t);
+  return "";
+}
+std::string GetMode(const Config& c) {
+  return c.danqing.mode;
+}
+
+// A DRA driver name is a DNS subdomain: lower-case labels of [a-z0-9-],
+// dot-separated, at most 253 characters, with at least one dot.
+std::string SetDraDriverName(Config& c, std::string_view t) {
+  bool ok = !t.empty() && t.size() <= 253 && t.find('.') != std::string_view::npos;
+  size_t label = 0;
+  for (size_t i = 0; ok && i <= t.size(); ++i) {
+    const char ch = i < t.size() ? t[i] : '.';
+    if (ch == '.') {
+      ok = label > 0 && label <= 63 && t[i - 1] != '-' && t[i - label] != '-';
+      label = 0;
+    } else if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-') {
+      ++label;
+    } else {
+      ok = false;
+    }
+  }
+  if (!ok)
+    return "invalid DRA driver name " + Quote(t) +
+           "; expected a DNS subdomain such as gpu.danqing.io";
+  c.danqing.dra_driver_name = std::string(t);
+  return "";
+}
+std::string GetDraDriverName(const Config& c) {
+  return c.danqing.dra_driver_name;
+}
+
+std::string SetDraGpus(Config& c, const std::vector<std::string>& items) {
+  std::vector<std::string> out;
+  for (const auto& item : items) {
+    if (item.empty()) return "empty GPU in the DRA GPU list";
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  c.danqing.dra_gpus = std::move(out);
+  return "";
+}
+std::vector<std::string> GetDraGpus(const Config& c) {
+  return c.danqing.dra_gpus;
+}
+
 std::string SetDeviceListStrategy(Config& c, const std::vector<std::string>& items) {
   if (items.empty()) {
     return "at least one device list strategy is required; expected " +
@@ -421,6 +483,70 @@ std::vector<Setting> BuildTable() {
        .help = "With failOnInitError=false: how often NVML is retried while no GPU is served (Go duration)",
        .binding = DurationField{[](Config& c) -> Duration& { return c.danqing.init_retry_interval; },
                                 /*number_is_nanoseconds=*/false, /*positive=*/true},
+       .nvidia = false},
+      {.path = "danqing.mode",
+       .flag = "mode",
+       .env = "DANQING_MODE",
+       .command_line = &CL::mode,
+       .help = "How GPUs are offered: device-plugin, dra (a DRA driver), or split (danqing.draGpus "
+               "through DRA)",
+       .binding = EnumField{SetMode, GetMode},
+       .nvidia = false},
+      {.path = "danqing.draDriverName",
+       .flag = "dra-driver-name",
+       .env = "DANQING_DRA_DRIVER_NAME",
+       .command_line = &CL::dra_driver_name,
+       .help = "The DRA driver's name (a DNS subdomain)",
+       .binding = EnumField{SetDraDriverName, GetDraDriverName},
+       .nvidia = false},
+      {.path = "danqing.draGpus",
+       .flag = "dra-gpus",
+       .env = "DANQING_DRA_GPUS",
+       .command_line = &CL::dra_gpus,
+       .help = "In split mode, the GPUs served through DRA (UUIDs or NVML indices); the others "
+               "stay with the "
+               "device plugin",
+       .binding = ListField{SetDraGpus, GetDraGpus},
+       .nvidia = false},
+      {.path = "danqing.draPluginsRegistry",
+       .flag = "dra-plugins-registry",
+       .env = "DANQING_DRA_PLUGINS_REGISTRY",
+       .command_line = &CL::dra_plugins_registry,
+       .help = "The kubelet's plugin registration directory",
+       .binding =
+           StringField{[](Config& c) -> std::string& { return c.danqing.dra_plugins_registry; },
+                       CheckAbsolutePath},
+       .nvidia = false},
+      {.path = "danqing.draPluginDir",
+       .flag = "dra-plugin-dir",
+       .env = "DANQING_DRA_PLUGIN_DIR",
+       .command_line = &CL::dra_plugin_dir,
+       .help = "Directory of the DRA socket dra.sock (default /var/lib/kubelet/plugins/<driver>)",
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.dra_plugin_dir; },
+                              CheckDraPluginDir},
+       .nvidia = false},
+      {.path = "danqing.draCheckpointDir",
+       .flag = "dra-checkpoint-dir",
+       .env = "DANQING_DRA_CHECKPOINT_DIR",
+       .command_line = &CL::dra_checkpoint_dir,
+       .help = "Persistent directory of the prepared-claims checkpoint",
+       .binding =
+           StringField{[](Config& c) -> std::string& { return c.danqing.dra_checkpoint_dir; },
+                       CheckAbsolutePath},
+       .nvidia = false},
+      {.path = "danqing.draClaimsFile",
+       .flag = "dra-claims-file",
+       .env = "DANQING_DRA_CLAIMS_FILE",
+       .command_line = &CL::dra_claims_file,
+       .help = "Until the API client is wired: a ResourceClaim list (JSON) to read claims from",
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.dra_claims_file; }},
+       .nvidia = false},
+      {.path = "danqing.nodeName",
+       .flag = "node-name",
+       .env = "NODE_NAME",
+       .command_line = &CL::node_name,
+       .help = "This node's name: the DRA pool name (from the downward API)",
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.node_name; }},
        .nvidia = false},
   };
 }

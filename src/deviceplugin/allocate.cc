@@ -24,7 +24,8 @@ uint64_t Fnv1a(std::string_view s) {
   return h;
 }
 
-// The device nodes one device needs, container path = host path under dev_root.
+}  // namespace
+
 std::vector<std::string> DeviceNodes(const Device& d, const MigCapMinors& caps) {
   std::vector<std::string> nodes;
   if (d.minor) nodes.push_back("/dev/nvidia" + std::to_string(*d.minor));
@@ -40,8 +41,6 @@ std::vector<std::string> DeviceNodes(const Device& d, const MigCapMinors& caps) 
   }
   return nodes;
 }
-
-}  // namespace
 
 // Each control node is optional, as in NVIDIA's plugin: the UVM module
 // creates its nodes only when first loaded (often by the first CUDA program

@@ -45,6 +45,11 @@ struct AllocateOptions {
 // is then written).
 bool UsesCdi(const std::vector<DeviceListStrategy>& strategies);
 
+// The device nodes one device needs (/dev/nvidia<minor>, and for a MIG
+// device the nvidia-cap nodes of its GPU and compute instance found in
+// `caps`), as container paths: the host path is the same under dev_root.
+std::vector<std::string> DeviceNodes(const Device& d, const MigCapMinors& caps);
+
 // The driver's control nodes a CUDA container needs that exist now
 // (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia-modeset),
 // under `dev_root` or at their own path.

@@ -1,0 +1,55 @@
+// The devices this node serves through DRA, as the node plugin sees them:
+// each with its name in the driver's pool (the ResourceSlice device name),
+// what it gives access to (the device plugin's Device: UUID, minor, MIG
+// instance IDs, for the CDI device nodes) and its health.
+//
+// Names, as the ResourceSlices must publish them (one function for both
+// sides, DeviceNameFor):
+//   whole GPU    gpu-<index>                 e.g. gpu-0
+//   MIG device   gpu-<index>-mig-<gi>-<ci>   e.g. gpu-0-mig-7-0
+// The pool is the node's name.
+//
+// Thread-safety: values; a DeviceTable is immutable once built and shared
+// through shared_ptr<const ...>.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deviceplugin/resource.h"
+#include "gpu/types.h"
+
+namespace danqing::dra {
+
+struct NodeDevice {
+  std::string name;             // device name in the pool
+  deviceplugin::Device device;  // id/device_uuid/gpu_uuid/minor/MIG ids; healthy/unhealthy_reason
+  bool operator==(const NodeDevice&) const = default;
+};
+
+struct DeviceTable {
+  std::string pool;                           // the node's name
+  std::map<std::string, NodeDevice> devices;  // by name
+  std::string driver_version;                 // for the CDI spec's driver files
+
+  const NodeDevice* Find(const std::string& name) const;
+};
+
+// The pool name of `gpu` or, for a MIG device, of `mig` on it.
+std::string DeviceNameFor(const gpu::Gpu& gpu);
+std::string DeviceNameFor(const gpu::Gpu& gpu, const gpu::MigDevice& mig);
+
+// Every whole GPU of `inventory`, and every MIG device of a GPU in MIG mode,
+// whose UUID `serve` accepts (all when `serve` is empty: split mode passes
+// the GPUs the DRA side serves). All healthy: WithHealth marks them.
+DeviceTable BuildDeviceTable(const gpu::NodeInventory& inventory, const std::string& pool,
+                             const std::vector<std::string>& serve = {});
+
+// A copy of `table` where every device on one of `unhealthy` GPUs (GPU
+// UUID → reason) is unhealthy with that reason, all others healthy.
+std::shared_ptr<const DeviceTable> WithHealth(const DeviceTable& table,
+                                              const std::map<std::string, std::string>& unhealthy);
+
+}  // namespace danqing::dra

@@ -1,0 +1,28 @@
+// The DRA node side's metrics, registered in metrics::DefaultRegistry() on
+// first use (names in docs/metrics.md):
+//   danqing_dra_prepare_duration_seconds     histogram, per claim (claim read included)
+//   danqing_dra_unprepare_duration_seconds   histogram, per claim
+//   danqing_dra_prepare_errors_total         claims answered with an error
+//   danqing_dra_unprepare_errors_total
+//   danqing_dra_checkpoint_corrupt_total     corrupt checkpoints found at start (rebuilt)
+//   danqing_dra_registration_notices_total{result="registered|refused"}
+//
+// Thread-safety: safe from any thread.
+#pragma once
+
+#include "metrics/registry.h"
+
+namespace danqing::dra {
+
+struct NodeMetricFamilies {
+  metrics::Family<metrics::Histogram>& prepare_seconds;
+  metrics::Family<metrics::Histogram>& unprepare_seconds;
+  metrics::Family<metrics::Counter>& prepare_errors;
+  metrics::Family<metrics::Counter>& unprepare_errors;
+  metrics::Family<metrics::Counter>& checkpoint_corrupt;
+  metrics::Family<metrics::Counter>& registration_notices;
+};
+
+NodeMetricFamilies& NodeMetrics();
+
+}  // namespace danqing::dra

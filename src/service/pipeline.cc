@@ -248,6 +248,7 @@ Result<Pipeline::Rendered> Pipeline::RunToCanvas(std::span<const uint8_t> bytes,
   r.width = canvas->width;
   r.height = canvas->height;
   out.canvas = std::move(canvas).value();
+  out.writing = std::move(job.writing);
   return out;
 }
 
@@ -263,9 +264,9 @@ Result<InscriptionResult> Pipeline::Encode(Rendered rendered) const {
   if (!encoded.ok()) return encoded.status();
   r.image = std::move(encoded).value();
   r.content_type = jpeg ? "image/jpeg" : "image/png";
-  if (job.writing != nullptr &&
-      !job.writing->ms.empty()) {  // issue 28: the writing's plane and background
-    const WritingPlanes& wp = *job.writing;
+  if (rendered.writing != nullptr &&
+      !rendered.writing->ms.empty()) {  // issue 28: the writing's plane and background
+    const WritingPlanes& wp = *rendered.writing;
     auto png = image::EncodePngGrey16(image::Grey16{wp.plane_width, wp.plane_height, wp.ms});
     if (!png.ok()) return png.status();
     auto bg = image::EncodeJpeg(wp.background, 90);

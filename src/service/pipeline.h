@@ -102,6 +102,7 @@ class Pipeline {
     image::Image canvas;
     bool jpeg = true;
     std::chrono::steady_clock::time_point start;  // of the decode
+    std::shared_ptr<WritingPlanes> writing;       // when asked for (issue 28)
   };
   Result<Rendered> RunToCanvas(std::span<const uint8_t> bytes,
                                const InscribeOptions& options) const;

@@ -38,7 +38,10 @@ void Run(const char* name, JobStore& s, int jobs, const std::string& photo,
   std::vector<double> ms;
   JobRequest req;
   req.photo = photo;
-  StoredInscription out{std::string(2000, '{'), "image/jpeg", image};
+  StoredInscription out;
+  out.json = std::string(2000, '{');
+  out.content_type = "image/jpeg";
+  out.image = image;
   for (int i = 0; i < jobs; ++i) {
     const auto t0 = Clock::now();
     if (!s.Enqueue(Id(i), "bench", req, {}, nullptr, nullptr).ok())

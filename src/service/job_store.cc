@@ -91,7 +91,8 @@ Result<int> SmallInt(std::string_view v, const char* field) {
 
 std::string EncodeJobRequest(const JobRequest& r) {
   const auto& o = r.options;
-  std::string out = "DQJ1";
+  // DQJ2: DQJ1 and the writing flag (issue 28); both are read back.
+  std::string out = "DQJ2";
   out.reserve(r.photo.size() + 256);
   for (std::string_view f :
        {std::string_view(std::to_string(o.width)), std::string_view(std::to_string(o.height))}) {
@@ -105,12 +106,14 @@ std::string EncodeJobRequest(const JobRequest& r) {
   Put(&out, o.title);
   Put(&out, o.signature);
   Put(&out, r.photo);
+  Put(&out, o.writing ? "1" : "0");
   return out;
 }
 
 Result<JobRequest> DecodeJobRequest(std::string_view bytes) {
+  const bool v2 = bytes.substr(0, 4) == "DQJ2";
   Reader rd(bytes, "job");
-  if (Status st = rd.Magic("DQJ1"); !st.ok()) return st;
+  if (Status st = rd.Magic(v2 ? "DQJ2" : "DQJ1"); !st.ok()) return st;
   JobRequest r;
   auto& o = r.options;
   std::string_view f[10];
@@ -121,7 +124,15 @@ Result<JobRequest> DecodeJobRequest(std::string_view bytes) {
     if (!v.ok()) return v.status();
     f[i] = *v;
   }
+  std::string_view writing = "0";
+  if (v2) {
+    auto v = rd.Next("writing");
+    if (!v.ok()) return v.status();
+    writing = *v;
+  }
   if (Status st = rd.End(); !st.ok()) return st;
+  if (writing != "0" && writing != "1") return Internal("the stored job's writing is corrupt");
+  r.options.writing = writing == "1";
   auto w = SmallInt(f[0], "width");
   if (!w.ok()) return w.status();
   auto h = SmallInt(f[1], "height");
@@ -141,17 +152,23 @@ Result<JobRequest> DecodeJobRequest(std::string_view bytes) {
 }
 
 std::string EncodeStoredInscription(const StoredInscription& s) {
-  std::string out = "DQR1";
-  out.reserve(s.image.size() + s.json.size() + 64);
+  // DQR2: DQR1 and the writing (issue 28); both are read back.
+  std::string out = "DQR2";
+  out.reserve(s.image.size() + s.json.size() + s.writing_png.size() + s.background_jpeg.size() +
+              64);
   Put(&out, s.json);
   Put(&out, s.content_type);
   Put(&out, s.image);
+  Put(&out, s.writing_png);
+  Put(&out, s.background_jpeg);
+  Put(&out, std::to_string(s.writing_end_ms));
   return out;
 }
 
 Result<StoredInscription> DecodeStoredInscription(std::string_view bytes) {
+  const bool v2 = bytes.substr(0, 4) == "DQR2";
   Reader rd(bytes, "inscription");
-  if (Status st = rd.Magic("DQR1"); !st.ok()) return st;
+  if (Status st = rd.Magic(v2 ? "DQR2" : "DQR1"); !st.ok()) return st;
   StoredInscription s;
   auto json = rd.Next("json");
   if (!json.ok()) return json.status();
@@ -159,6 +176,19 @@ Result<StoredInscription> DecodeStoredInscription(std::string_view bytes) {
   if (!type.ok()) return type.status();
   auto image = rd.Next("image");
   if (!image.ok()) return image.status();
+  if (v2) {
+    auto plane = rd.Next("writing_png");
+    if (!plane.ok()) return plane.status();
+    auto background = rd.Next("background_jpeg");
+    if (!background.ok()) return background.status();
+    auto end = rd.Next("writing_end_ms");
+    if (!end.ok()) return end.status();
+    auto end_ms = SmallInt(*end, "writing_end_ms");
+    if (!end_ms.ok()) return end_ms.status();
+    s.writing_png = *plane;
+    s.background_jpeg = *background;
+    s.writing_end_ms = static_cast<uint32_t>(*end_ms);
+  }
   if (Status st = rd.End(); !st.ok()) return st;
   if (*type != "image/png" && *type != "image/jpeg") {
     return Internal("the stored inscription is corrupt (content type)");

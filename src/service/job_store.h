@@ -56,6 +56,10 @@ struct StoredInscription {
   std::string json;  // InscriptionJson
   std::string content_type;
   std::string image;
+  // The writing (issue 28), when the upload asked for it: the write-time
+  // plane (16-bit PNG), the page before the writing (JPEG), its length.
+  std::string writing_png, background_jpeg;
+  uint32_t writing_end_ms = 0;
 };
 std::string EncodeStoredInscription(const StoredInscription& s);
 Result<StoredInscription> DecodeStoredInscription(std::string_view bytes);

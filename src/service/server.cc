@@ -315,6 +315,28 @@ std::shared_ptr<const Server::Stored> Server::Find(const std::string& id) const 
   return it == cache_.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<const Server::Stored> Server::FindOrFetch(const std::string& id) {
+  if (auto stored = Find(id)) return stored;
+  if (!store_) return nullptr;
+  auto result = store_->GetResult(id);
+  if (!result.ok()) return nullptr;
+  auto stored = std::make_shared<Stored>();
+  stored->json = std::move(result->json);
+  stored->image = std::move(result->image);
+  stored->content_type = std::move(result->content_type);
+  stored->writing_png = std::move(result->writing_png);
+  stored->background_jpeg = std::move(result->background_jpeg);
+  stored->writing_end_ms = result->writing_end_ms;
+  // The backend that rendered it (NVENC is tried only after a CUDA render).
+  if (const auto j = nlohmann::json::parse(stored->json, nullptr, false);
+      j.is_object() && j.contains("backend") && j["backend"].is_string()) {
+    stored->backend = j["backend"].get<std::string>();
+  }
+  stored->videos = std::make_shared<VideoCache>();
+  Store(id, stored);
+  return stored;
+}
+
 void Server::Routes() {
   auto& s = *http_;
   const int threads = std::max(4, options_.http_threads);

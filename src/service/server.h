@@ -173,6 +173,9 @@ class Server {
   void ProbeRoutes(http::BoundedServer& s);
   void Store(const std::string& id, std::shared_ptr<const Stored> stored);
   std::shared_ptr<const Stored> Find(const std::string& id) const;
+  // Find, else the shared store's result (kept in this replica's cache from
+  // then on, with its own video cache): for the writing's routes (issue 28).
+  std::shared_ptr<const Stored> FindOrFetch(const std::string& id);
   std::string NewId();
   // Answers every pending inscription at once with the cut-off error.
   void CutOffPending();

@@ -262,6 +262,9 @@ void Server::RunClaimed(ClaimedJob job) {
               InscriptionJson(shared->id, *r, r->backend.empty() ? metrics_->backend : r->backend);
           s.content_type = r->content_type;
           s.image = std::move(r->image);
+          s.writing_png = std::move(r->writing_png);  // issue 28
+          s.background_jpeg = std::move(r->background_jpeg);
+          s.writing_end_ms = r->writing_end_ms;
           st = store_->Complete(shared->id, s);
           if (st.ok()) ++jobs_done_;
         } else {

@@ -88,7 +88,7 @@ Result<std::string> MakeVideo(const std::string& image, const std::string& backg
 void Server::WritingRoutes(http::BoundedServer& s) {
   s.Get(R"(/v1/inscriptions/([0-9a-f]{32})/writing)",
         [this](const httplib::Request& req, httplib::Response& res) {
-          auto stored = Find(req.matches[1]);
+          auto stored = FindOrFetch(req.matches[1]);
           if (!stored) return Fail(res, 404, "no recent inscription with this id");
           if (stored->writing_png.empty()) {
             return Fail(res, 409,
@@ -99,7 +99,7 @@ void Server::WritingRoutes(http::BoundedServer& s) {
         });
   s.Get(R"(/v1/inscriptions/([0-9a-f]{32})/background)",
         [this](const httplib::Request& req, httplib::Response& res) {
-          auto stored = Find(req.matches[1]);
+          auto stored = FindOrFetch(req.matches[1]);
           if (!stored) return Fail(res, 404, "no recent inscription with this id");
           if (stored->background_jpeg.empty()) {
             return Fail(res, 409,
@@ -111,7 +111,7 @@ void Server::WritingRoutes(http::BoundedServer& s) {
   s.Get(R"(/v1/inscriptions/([0-9a-f]{32})/video)", [this](const httplib::Request& req,
                                                            httplib::Response& res) {
     const std::string id = req.matches[1];
-    auto stored = Find(id);
+    auto stored = FindOrFetch(id);
     if (!stored) return Fail(res, 404, "no recent inscription with this id");
     if (stored->writing_png.empty() || stored->videos == nullptr) {
       return Fail(res, 409,

@@ -64,8 +64,8 @@ test("the unchanged manifests pass", () => {
 
 test("article trap 1: NVIDIA_VISIBLE_DEVICES from spec.nodeName", () => {
   const r = runCheck(replaceIn("base/danqing/deployment.yaml",
-    `          args: ["serve", "--port", "8080", "--probe-port", "8081"]\n`,
-    `          args: ["serve", "--port", "8080", "--probe-port", "8081"]
+    `                 "--redis", "redis://danqing-redis-0.danqing-redis:6379"]\n`,
+    `                 "--redis", "redis://danqing-redis-0.danqing-redis:6379"]
           env:
             - name: NVIDIA_VISIBLE_DEVICES
               valueFrom:

@@ -36,7 +36,11 @@ JobRequest Job(const std::string& photo = "photo-bytes") {
 }
 
 StoredInscription Result(const std::string& image = "IMG") {
-  return {R"({"id":"x"})", "image/jpeg", image};
+  StoredInscription s;
+  s.json = R"({"id":"x"})";
+  s.content_type = "image/jpeg";
+  s.image = image;
+  return s;
 }
 
 danqing::testing::RedisServer* g_redis = nullptr;
@@ -260,6 +264,30 @@ INSTANTIATE_TEST_SUITE_P(Stores, JobStoreTest, ::testing::Values("in-process", "
                          [](const auto& p) {
                            return p.param == "in-process" ? "InProcess" : "Redis";
                          });
+
+// The writing (issue 28) travels through the shared store: the job's flag,
+// and the result's plane, background and length.
+TEST(JobEncodingTest, TheWritingRoundTrips) {
+  JobRequest job = Job();
+  job.options.writing = true;
+  auto back = DecodeJobRequest(EncodeJobRequest(job));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->options.writing);
+  job.options.writing = false;
+  back = DecodeJobRequest(EncodeJobRequest(job));
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->options.writing);
+  StoredInscription s = Result();
+  s.writing_png = "PLANE";
+  s.background_jpeg = "BACKGROUND";
+  s.writing_end_ms = 9876;
+  auto r = DecodeStoredInscription(EncodeStoredInscription(s));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->writing_png, "PLANE");
+  EXPECT_EQ(r->background_jpeg, "BACKGROUND");
+  EXPECT_EQ(r->writing_end_ms, 9876u);
+  EXPECT_EQ(r->image, "IMG");
+}
 
 TEST(JobEncodingTest, CorruptOrTruncatedEntriesAreClearErrors) {
   const std::string job = EncodeJobRequest(Job());

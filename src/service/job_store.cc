@@ -94,10 +94,8 @@ std::string EncodeJobRequest(const JobRequest& r) {
   // DQJ2: DQJ1 and the writing flag (issue 28); both are read back.
   std::string out = "DQJ2";
   out.reserve(r.photo.size() + 256);
-  for (std::string_view f :
-       {std::string_view(std::to_string(o.width)), std::string_view(std::to_string(o.height))}) {
-    Put(&out, f);
-  }
+  Put(&out, std::to_string(o.width));
+  Put(&out, std::to_string(o.height));
   Put(&out, o.style);
   Put(&out, o.background);
   Put(&out, o.format);

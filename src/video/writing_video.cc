@@ -16,6 +16,7 @@ extern "C" {
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -77,17 +78,44 @@ struct Yuv {
 };
 
 // RGB (w x h, the top-left even part of `img`) to BT.601 limited-range YUV 4:2:0.
+// swscale's SIMD paths read and write a little past a line's end: both sides
+// go through buffers with 64-byte aligned strides and 64 bytes of slack
+// (tightly packed, the last line's overrun left the buffer: a SEGV seen
+// under TSan's allocator).
 Status ToYuv(const image::Image& img, int w, int h, Yuv* out) {
   out->Reset(w, h);
+  const auto align = [](int n) { return (n + 63) & ~63; };
+  const int in_stride = align(w * 3), y_stride = align(w), c_stride = align(w / 2);
+  const size_t slack = 64;
+  std::vector<uint8_t> in(static_cast<size_t>(in_stride) * static_cast<size_t>(h) + slack, 0);
+  for (int row = 0; row < h; ++row) {
+    std::memcpy(in.data() + static_cast<size_t>(row) * static_cast<size_t>(in_stride),
+                img.rgb.data() + static_cast<size_t>(row) * static_cast<size_t>(img.width) * 3,
+                static_cast<size_t>(w) * 3);
+  }
+  std::vector<uint8_t> py(static_cast<size_t>(y_stride) * static_cast<size_t>(h) + slack);
+  std::vector<uint8_t> pu(static_cast<size_t>(c_stride) * static_cast<size_t>(h / 2) + slack);
+  std::vector<uint8_t> pv(pu.size());
   SwsContext* sws = sws_getContext(w, h, AV_PIX_FMT_RGB24, w, h, AV_PIX_FMT_YUV420P, SWS_BILINEAR,
                                    nullptr, nullptr, nullptr);
   if (sws == nullptr) return Internal("sws_getContext failed");
-  const uint8_t* src[1] = {img.rgb.data()};
-  const int src_stride[1] = {img.width * 3};
-  uint8_t* dst[3] = {out->y.data(), out->u.data(), out->v.data()};
-  const int dst_stride[3] = {w, w / 2, w / 2};
+  const uint8_t* src[1] = {in.data()};
+  const int src_stride[1] = {in_stride};
+  uint8_t* dst[3] = {py.data(), pu.data(), pv.data()};
+  const int dst_stride[3] = {y_stride, c_stride, c_stride};
   sws_scale(sws, src, src_stride, 0, h, dst, dst_stride);
   sws_freeContext(sws);
+  for (int row = 0; row < h; ++row) {
+    std::memcpy(out->y.data() + static_cast<size_t>(row) * static_cast<size_t>(w),
+                py.data() + static_cast<size_t>(row) * static_cast<size_t>(y_stride),
+                static_cast<size_t>(w));
+  }
+  for (int row = 0; row < h / 2; ++row) {
+    const size_t to = static_cast<size_t>(row) * static_cast<size_t>(w / 2);
+    const size_t from = static_cast<size_t>(row) * static_cast<size_t>(c_stride);
+    std::memcpy(out->u.data() + to, pu.data() + from, static_cast<size_t>(w / 2));
+    std::memcpy(out->v.data() + to, pv.data() + from, static_cast<size_t>(w / 2));
+  }
   return Status::Ok();
 }
 

@@ -166,7 +166,10 @@ int RunServe(const ServeFlags& f) {
       std::chrono::milliseconds(0),
       std::chrono::duration_cast<std::chrono::milliseconds>(
           drain_timeout - (std::chrono::steady_clock::now() - drain_start)));
-  server.Stop(left);
+  // At least a second: the answers the drain just gave (503 cut off) are
+  // still being written, and must reach their clients before any socket is
+  // shut.
+  server.Stop(std::max<std::chrono::milliseconds>(left, std::chrono::seconds(1)));
   if (const size_t closed = server.connections_cut(); closed > 0) {
     spdlog::warn("danqing serve: {} connection(s) still open at the drain timeout closed", closed);
   }

@@ -645,31 +645,40 @@ Result<Header> ReadHeader(std::span<const uint8_t> bytes) {
   return InvalidArgument("not a PNG or JPEG image (unrecognised leading bytes)");
 }
 
-Result<Image> Decode(std::span<const uint8_t> bytes, const Limits& limits) {
+namespace {
+
+// The header of an upload within `limits`: bytes, then pixels and memory from
+// the header alone, so bombs are refused before any pixel buffer exists.
+Result<Header> AdmittedHeader(std::span<const uint8_t> bytes, const Limits& limits) {
   if (bytes.size() > limits.max_bytes) {
     return ResourceExhausted("image is " + std::to_string(bytes.size()) +
                              " bytes, over the limit of " + std::to_string(limits.max_bytes));
   }
   Result<Header> header = ReadHeader(bytes);
   if (!header.ok()) return header.status();
-  // Refuse bombs from the header alone, before any pixel buffer exists.
   if (Status s = CheckLimits(*header, limits); !s.ok()) return s;
+  return header;
+}
+
+}  // namespace
+
+Result<Image> Decode(std::span<const uint8_t> bytes, const Limits& limits) {
+  Result<Header> header = AdmittedHeader(bytes, limits);
+  if (!header.ok()) return header.status();
   if (header->format == Format::kPng) return DecodePng(bytes, limits);
   return DecodeJpeg(bytes, limits);
 }
 
 Result<Image> DecodeAtLeast(std::span<const uint8_t> bytes, int min_width, int min_height,
                             const Limits& limits) {
-  if (bytes.size() > limits.max_bytes) {
-    return ResourceExhausted("image is " + std::to_string(bytes.size()) +
-                             " bytes, over the limit of " + std::to_string(limits.max_bytes));
-  }
-  Result<Header> header = ReadHeader(bytes);
+  Result<Header> header = AdmittedHeader(bytes, limits);
   if (!header.ok()) return header.status();
-  if (Status s = CheckLimits(*header, limits); !s.ok()) return s;
   min_width = std::max(min_width, 0);
   min_height = std::max(min_height, 0);
-  if (min_width == 0 && min_height == 0) return Decode(bytes, limits);
+  if (min_width == 0 && min_height == 0) {
+    if (header->format == Format::kPng) return DecodePng(bytes, limits);
+    return DecodeJpeg(bytes, limits);
+  }
   if (header->format == Format::kJpeg) {
     // The wanted size as stored: orientations 5-8 swap the sides.
     const bool swapped = header->exif_orientation >= 5;

@@ -1,5 +1,7 @@
 #include "image/image.h"
+
 #include "testing/support/malloc_perturb.h"
+#include "testing/support/progressive_jpeg.h"
 
 // clang-format off
 #include <cstdio>
@@ -1042,45 +1044,9 @@ TEST(PixelBuffer, EveryByteWritten) {
 
 // ------------------------------------------------------------ scaled decode
 
-// A grey progressive JPEG of `scans` scans (at most 127): the DC, then each AC
-// coefficient alone, first its high bits and then (from scan 65 on) its
-// low-bit refinement: a valid script that any libjpeg accepts.
 Bytes ManyScanJpeg(int w, int h, int scans) {
-  std::vector<jpeg_scan_info> script;
-  script.push_back({1, {0, 0, 0, 0}, 0, 0, 0, 0});
-  for (int k = 1; k <= 63; ++k) script.push_back({1, {0, 0, 0, 0}, k, k, 0, 1});
-  for (int k = 1; k <= 63; ++k) script.push_back({1, {0, 0, 0, 0}, k, k, 1, 0});
-  EXPECT_LE(scans, int(script.size()));
-  // Cut short, the script must still send every bit: the coefficients whose
-  // refinement is cut are sent whole (Al 0) instead.
-  for (size_t i = size_t(std::max(scans, 64)); i < script.size(); ++i) script[i - 63].Al = 0;
-  script.resize(size_t(scans));
-  Bytes px(size_t(w) * size_t(h));
-  for (size_t i = 0; i < px.size(); ++i) px[i] = uint8_t(i * 31 % 251);
-  jpeg_compress_struct c;
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&c, &buf, &size);
-  c.image_width = JDIMENSION(w);
-  c.image_height = JDIMENSION(h);
-  c.input_components = 1;
-  c.in_color_space = JCS_GRAYSCALE;
-  jpeg_set_defaults(&c);
-  c.scan_info = script.data();
-  c.num_scans = scans;
-  jpeg_start_compress(&c, TRUE);
-  while (c.next_scanline < c.image_height) {
-    JSAMPROW row = px.data() + size_t(c.next_scanline) * size_t(w);
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  Bytes out(buf, buf + size);
-  std::free(buf);
-  return out;
+  const auto jpeg = danqing::testing::ManyScanJpeg(w, h, scans);
+  return Bytes(jpeg.begin(), jpeg.end());
 }
 
 TEST(JpegScans, BoundedByWork) {

@@ -35,6 +35,7 @@
 #include "service/render_queue.h"
 #include "service/server.h"
 #include "testing/support/loopback.h"
+#include "testing/support/progressive_jpeg.h"
 #include "verse/corpus.h"
 
 namespace danqing::service {
@@ -537,42 +538,9 @@ TEST_F(ServiceTest, ExifOrientationIsHonoured) {
   EXPECT_EQ(rotated["photo"]["height"], 640);
 }
 
-// A grey progressive JPEG of `scans` scans (64 to 127): the DC, each AC
-// coefficient's high bits alone, then the low-bit refinements (as
-// image_test's ManyScanJpeg; those cut short are sent whole).
 std::string ManyScanJpeg(int w, int h, int scans) {
-  std::vector<jpeg_scan_info> script;
-  script.push_back({1, {0, 0, 0, 0}, 0, 0, 0, 0});
-  for (int k = 1; k <= 63; ++k) script.push_back({1, {0, 0, 0, 0}, k, k, 0, 1});
-  for (int k = 1; k <= 63; ++k) script.push_back({1, {0, 0, 0, 0}, k, k, 1, 0});
-  for (size_t i = size_t(scans); i < script.size(); ++i) script[i - 63].Al = 0;
-  script.resize(size_t(scans));
-  std::vector<uint8_t> px(size_t(w) * size_t(h));
-  for (size_t i = 0; i < px.size(); ++i) px[i] = uint8_t(i * 31 % 251);
-  jpeg_compress_struct c;
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&c, &buf, &size);
-  c.image_width = JDIMENSION(w);
-  c.image_height = JDIMENSION(h);
-  c.input_components = 1;
-  c.in_color_space = JCS_GRAYSCALE;
-  jpeg_set_defaults(&c);
-  c.scan_info = script.data();
-  c.num_scans = scans;
-  jpeg_start_compress(&c, TRUE);
-  while (c.next_scanline < c.image_height) {
-    JSAMPROW row = px.data() + size_t(c.next_scanline) * size_t(w);
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  std::string out(reinterpret_cast<const char*>(buf), size);
-  std::free(buf);
-  return out;
+  const auto jpeg = danqing::testing::ManyScanJpeg(w, h, scans);
+  return std::string(jpeg.begin(), jpeg.end());
 }
 
 // A progressive JPEG with more scans than its size allows is a 400 that says

@@ -5,7 +5,16 @@
 // order / characters written (ocr/legibility.h).
 //
 //   build/default/bench/legibility [--poems N] [--seeds N] [--threads N]
-//                                  [--styles kai,xing,cao] [--verbose]
+//                                  [--styles kai,xing,cao] [--verbose] [--forms]
+//
+// Then the forms as rendered (--forms: only this): per style, over the same
+// poems x seeds x backgrounds, each poem character's ink (sampled through its
+// placement into its 1024 box, 256 x 256, ink >= 0.2) and the glyph of the
+// style's font and of UKai (centred, thresholded at half), each cropped to its
+// ink and fitted to the square; the IoU of the ink with each, the share of
+// characters closer to their font than to kai, and the coefficient of
+// variation of the characters' ink heights within a column (mean over the
+// columns of three or more characters).
 //
 // Then, for the forms recovered from the calligraphers' fonts (tools/cursive,
 // cursive-*.bin in the build's data directory): per font, over every
@@ -16,10 +25,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -49,16 +60,135 @@ struct FontRow {
   std::string path;
 };
 
+// A res x res mask cropped to its ink's box and scaled (nearest) to fit an
+// out x out square, centred; empty in, empty out.
+std::vector<uint8_t> FitMask(const std::vector<uint8_t>& m, int res, int out) {
+  int x0 = res, y0 = res, x1 = -1, y1 = -1;
+  for (int y = 0; y < res; ++y) {
+    for (int x = 0; x < res; ++x) {
+      if (m[static_cast<size_t>(y * res + x)] == 0) continue;
+      x0 = std::min(x0, x);
+      x1 = std::max(x1, x);
+      y0 = std::min(y0, y);
+      y1 = std::max(y1, y);
+    }
+  }
+  std::vector<uint8_t> o(static_cast<size_t>(out * out), 0);
+  if (x1 < 0) return o;
+  const float bw = static_cast<float>(x1 - x0 + 1), bh = static_cast<float>(y1 - y0 + 1);
+  const float k = static_cast<float>(out) / std::max(bw, bh);
+  const float ox = 0.5f * (static_cast<float>(out) - bw * k),
+              oy = 0.5f * (static_cast<float>(out) - bh * k);
+  for (int y = 0; y < out; ++y) {
+    for (int x = 0; x < out; ++x) {
+      const int sx = x0 + static_cast<int>(std::floor((static_cast<float>(x) + 0.5f - ox) / k));
+      const int sy = y0 + static_cast<int>(std::floor((static_cast<float>(y) + 0.5f - oy) / k));
+      if (sx < x0 || sx > x1 || sy < y0 || sy > y1) continue;
+      o[static_cast<size_t>(y * out + x)] = m[static_cast<size_t>(sy * res + sx)];
+    }
+  }
+  return o;
+}
+
+struct FormsRow {
+  std::vector<double> iou_font, iou_kai;
+  int closer = 0, characters = 0, from_form = 0;
+  double cv_sum = 0;
+  int columns = 0;
+};
+
+// The forms as rendered for one style (see the header).
+danqing::Status MeasureForms(const render::Renderer& renderer, render::Style style,
+                             const render::GlyphFont* style_font, const render::GlyphFont& kai_font,
+                             int poems, int seeds, FormsRow* row);
+
 int Fail(const danqing::Status& s) {
   std::fprintf(stderr, "legibility: %s\n", s.ToString().c_str());
   return 1;
+}
+
+danqing::Status MeasureForms(const render::Renderer& renderer, render::Style style,
+                             const render::GlyphFont* style_font, const render::GlyphFont& kai_font,
+                             int poems, int seeds, FormsRow* row) {
+  constexpr int kRes = 256, kFit = 128;
+  for (int p = 0; p < poems; ++p) {
+    for (render::Background bg : {render::Background::kLandscape, render::Background::kPaper}) {
+      for (int s = 0; s < seeds; ++s) {
+        render::RenderOptions o;
+        o.style = style;
+        o.background = bg;
+        o.seed = static_cast<uint64_t>(11 + s);
+        render::Renderer::Detail detail;
+        auto img = renderer.RenderDetailed({kPoems[p], "", "", ""}, o, nullptr, &detail);
+        if (!img.ok()) return img.status();
+        std::vector<std::vector<double>> heights;
+        for (const auto& pl : detail.placements) {
+          if (pl.role != 0) continue;
+          // The ink through the placement: box point (bx, by) -> canvas.
+          std::vector<uint8_t> ink(static_cast<size_t>(kRes * kRes), 0);
+          int top = kRes, bottom = -1;
+          for (int y = 0; y < kRes; ++y) {
+            for (int x = 0; x < kRes; ++x) {
+              const float bx = (static_cast<float>(x) + 0.5f) * 1024.0f / kRes;
+              const float by = (static_cast<float>(y) + 0.5f) * 1024.0f / kRes;
+              const int cx = static_cast<int>(pl.m[0] * bx + pl.m[1] * by + pl.m[2]);
+              const int cy = static_cast<int>(pl.m[3] * bx + pl.m[4] * by + pl.m[5]);
+              if (cx < 0 || cy < 0 || cx >= o.width || cy >= o.height) continue;
+              if (detail.ink[static_cast<size_t>(cy) * static_cast<size_t>(o.width) +
+                             static_cast<size_t>(cx)] < 0.2f)
+                continue;
+              ink[static_cast<size_t>(y * kRes + x)] = 1;
+              top = std::min(top, y);
+              bottom = std::max(bottom, y);
+            }
+          }
+          const float scale = std::sqrt(std::fabs(pl.m[0] * pl.m[4] - pl.m[1] * pl.m[3]));
+          if (static_cast<size_t>(pl.run) >= heights.size())
+            heights.resize(static_cast<size_t>(pl.run) + 1);
+          heights[static_cast<size_t>(pl.run)].push_back(
+              bottom >= top ? (bottom - top + 1) * 1024.0 / kRes * scale : 0.0);
+          std::vector<uint8_t> cov;
+          if (style_font == nullptr || !render::CentredGlyphCoverage(*style_font, pl.c, kRes, &cov))
+            continue;
+          const double f = render::MaskIoU(FitMask(ink, kRes, kFit),
+                                           FitMask(render::Threshold(cov), kRes, kFit));
+          if (!render::CentredGlyphCoverage(kai_font, pl.c, kRes, &cov)) continue;
+          const double k = render::MaskIoU(FitMask(ink, kRes, kFit),
+                                           FitMask(render::Threshold(cov), kRes, kFit));
+          row->iou_font.push_back(f);
+          row->iou_kai.push_back(k);
+          ++row->characters;
+          if (pl.form >= 0) ++row->from_form;
+          if (f > k) ++row->closer;
+        }
+        for (const auto& col : heights) {
+          if (col.size() < 3) continue;
+          double mean = 0, var = 0;
+          for (double v : col) mean += v;
+          mean /= static_cast<double>(col.size());
+          for (double v : col) var += (v - mean) * (v - mean);
+          var /= static_cast<double>(col.size());
+          if (mean <= 0) continue;
+          row->cv_sum += std::sqrt(var) / mean;
+          ++row->columns;
+        }
+      }
+    }
+  }
+  return danqing::Status::Ok();
+}
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int poems = 4, seeds = 2, threads = 1;
-  bool verbose = false;
+  bool verbose = false, forms_only = false;
   std::vector<render::Style> styles = {render::Style::kKai, render::Style::kXing,
                                        render::Style::kCao};
   for (int i = 1; i < argc; ++i) {
@@ -72,6 +202,8 @@ int main(int argc, char** argv) {
       threads = std::atoi(next());
     } else if (a == "--verbose") {
       verbose = true;
+    } else if (a == "--forms") {
+      forms_only = true;
     } else if (a == "--styles") {
       styles.clear();
       std::string list = next();
@@ -91,7 +223,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: legibility [--poems 1..4] [--seeds N] [--threads N] [--styles "
-                   "kai,xing,cao] [--verbose]\n");
+                   "kai,xing,cao] [--verbose] [--forms]\n");
       return 2;
     }
   }
@@ -99,14 +231,52 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "legibility: --poems 1..4, --seeds >= 1, --threads >= 1\n");
     return 2;
   }
-  danqing::ocr::OcrConfig oc;
-  oc.threads = threads;
-  auto ocr = danqing::ocr::Ocr::Open(oc);
-  if (!ocr.ok()) return Fail(ocr.status());
   auto renderer = render::Renderer::Create();
   if (!renderer.ok()) return Fail(renderer.status());
 
   const int w = 1920, h = 1080;
+  {
+    const std::string fnm = DANQING_SOURCE_DIR "/node_modules/@fontsource/";
+    auto ukai = render::GlyphFont::Open("/usr/share/fonts/truetype/arphic/ukai.ttc");
+    if (!ukai.ok()) return Fail(ukai.status());
+    std::printf(
+        "| forms as rendered | characters | from the form | IoU with its font: p10 / median / p90 "
+        "| "
+        "IoU with kai: p10 / median / p90 | closer to its font | height CV in a column |\n"
+        "|---|---:|---:|---:|---:|---:|---:|\n");
+    for (render::Style style : styles) {
+      std::string path;
+      if (style == render::Style::kXing)
+        path = fnm + "zhi-mang-xing/files/zhi-mang-xing-chinese-simplified-400-normal.woff";
+      if (style == render::Style::kCao)
+        path = fnm + "liu-jian-mao-cao/files/liu-jian-mao-cao-chinese-simplified-400-normal.woff";
+      std::unique_ptr<render::GlyphFont> sf;
+      if (!path.empty()) {
+        auto f = render::GlyphFont::Open(path);
+        if (!f.ok()) return Fail(f.status());
+        sf = std::move(f).value();
+      }
+      FormsRow row;
+      if (auto st = MeasureForms(**renderer, style, sf ? sf.get() : ukai->get(), **ukai, poems,
+                                 seeds, &row);
+          !st.ok())
+        return Fail(st);
+      std::printf("| %s | %d | %d | %.2f / %.2f / %.2f | %.2f / %.2f / %.2f | %.1f%% | %.3f |\n",
+                  std::string(render::StyleName(style)).c_str(), row.characters, row.from_form,
+                  Quantile(row.iou_font, 0.1), Quantile(row.iou_font, 0.5),
+                  Quantile(row.iou_font, 0.9), Quantile(row.iou_kai, 0.1),
+                  Quantile(row.iou_kai, 0.5), Quantile(row.iou_kai, 0.9),
+                  100.0 * row.closer / std::max(1, row.characters),
+                  row.columns > 0 ? row.cv_sum / row.columns : 0.0);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+    if (forms_only) return 0;
+  }
+  danqing::ocr::OcrConfig oc;
+  oc.threads = threads;
+  auto ocr = danqing::ocr::Ocr::Open(oc);
+  if (!ocr.ok()) return Fail(ocr.status());
   std::printf(
       "| what | images | characters | read in order | legibility |\n|---|---:|---:|---:|---:|\n");
   auto t0 = std::chrono::steady_clock::now();

@@ -142,6 +142,7 @@ Result<LayoutResult> Layout(const LayoutInput& in, const Region& region, const R
             c.role = g.role;
             c.size = cs;
             c.run = run;
+            c.line_start = i + k == 0;
             float along = m + (static_cast<float>(k) + 0.5f) * cs;
             if (in.vertical) {
               c.cx = chosen.x1 - cross_mid;

@@ -18,6 +18,7 @@ struct Cell {
   Role role = Role::kPoem;
   float cx = 0, cy = 0, size = 0;  // centre and side, pixels
   int run = 0;                     // column (vertical) or row (horizontal) index
+  bool line_start = false;         // the first character of one of the text's lines (a phrase)
 };
 
 struct Region {

@@ -12,6 +12,7 @@
 #include "common/utf8.h"
 #include "render/backend.h"
 #include "render/brush.h"
+#include "render/cursive_forms.h"
 #include "render/glyph_font.h"
 #include "render/layout.h"
 #include "render/passes.h"
@@ -79,6 +80,71 @@ StyleSet StyleFor(Style s) {
       break;
   }
   return st;
+}
+
+// The brush writing a calligrapher's form (xing, cao): the paths are the
+// font's, so no trimming and little smoothing or wobble; the font decides the
+// joins within a character (no random 游丝), cao links more characters.
+BrushStyle FormBrush(Style s) {
+  //      trim smooth width press thin  dry   hair link  wobble entry
+  if (s == Style::kCao) return {0.0f, 2, 0.98f, 0.16f, 0.1f, 0.8f, 0.0f, 0.4f, 3.0f, 0.25f};
+  return {0.0f, 1, 0.96f, 0.16f, 0.08f, 0.75f, 0.0f, 0.12f, 2.0f, 0.35f};
+}
+
+// Column flow (行气) per style: character scale from stroke count in
+// [lo, hi], the pitch along the column in cells of the scaled size, the
+// column axis's sideways drift (cells) and the per-character tilt (radians).
+struct Flow {
+  float lo, hi, pitch, drift, tilt;
+};
+Flow FlowFor(Style s) {
+  if (s == Style::kCao) return {0.66f, 1.18f, 0.92f, 0.10f, 0.09f};
+  return {0.80f, 1.10f, 1.0f, 0.07f, 0.05f};
+}
+
+// Consecutive paths that touch in the glyph (the end of one where the next
+// begins: a join the font draws, 连笔) become one path: the brush keeps moving.
+void JoinTouchingPaths(CharStrokes* ch) {
+  std::vector<Stroke> out;
+  for (auto& st : ch->strokes) {
+    if (st.points.empty()) continue;
+    if (!out.empty()) {
+      const MedianPoint& a = out.back().points.back();
+      const MedianPoint& b = st.points.front();
+      const float gap = std::hypot(a.x - b.x, a.y - b.y);
+      if (gap < 0.9f * (a.half_width + b.half_width) + 6.0f) {
+        out.back().points.insert(out.back().points.end(), st.points.begin(), st.points.end());
+        continue;
+      }
+    }
+    out.push_back(std::move(st));
+  }
+  ch->strokes = std::move(out);
+}
+
+// Scales a form about the box centre (its paths and widths).
+void ScaleForm(CharStrokes* ch, float k) {
+  for (auto& st : ch->strokes) {
+    for (auto& p : st.points) {
+      p.x = 512.0f + (p.x - 512.0f) * k;
+      p.y = 512.0f + (p.y - 512.0f) * k;
+      p.half_width *= k;
+    }
+  }
+}
+
+// The larger side of a form's ink box (paths with their widths), box units.
+float FormExtent(const CharStrokes& ch) {
+  float x0 = 1e9f, y0 = 1e9f, x1 = -1e9f, y1 = -1e9f;
+  for (const auto& st : ch.strokes) {
+    for (const auto& p : st.points) {
+      x0 = std::min(x0, p.x - p.half_width);
+      x1 = std::max(x1, p.x + p.half_width);
+      y0 = std::min(y0, p.y - p.half_width);
+      y1 = std::max(y1, p.y + p.half_width);
+    }
+  }
+  return x1 > x0 ? std::max(x1 - x0, y1 - y0) : 0.0f;
 }
 
 Affine CharAffine(const Cell& c, const StyleSet& st, Rng& rng) {
@@ -303,6 +369,40 @@ Result<std::unique_ptr<Renderer>> Renderer::Create(const RendererConfig& config)
       spdlog::warn("render: fallback font off: {}", f.status().ToString());
     }
   }
+  // The running and cursive forms (issue 27), beside the stroke data unless
+  // given: absent ones make xing and cao fall back (counted per render).
+  if (!config.no_cursive) {
+    const std::string dir = !config.cursive_dir.empty()
+                                ? config.cursive_dir
+                                : std::filesystem::path(r->strokes_path_).parent_path().string();
+    auto forms = CursiveForms::Open(dir);
+    if (forms.ok()) {
+      r->forms_ = std::move(forms).value();
+    } else if (forms.status().code() == StatusCode::kNotFound) {
+      spdlog::warn("render: xing and cao from the stroke data (no forms): {}",
+                   forms.status().ToString());
+    } else {
+      return forms.status();
+    }
+  }
+  if (r->forms_ != nullptr) {
+    // Each font draws its glyphs at its own size in the em: scale a style's
+    // forms so that common characters span what the stroke data's do.
+    for (Style st : {Style::kXing, Style::kCao}) {
+      const StrokeData* file = r->forms_->forms(st);
+      if (file == nullptr) continue;
+      float sum = 0, ref = 0;
+      for (char32_t c : std::u32string_view(U"永国風风山水日月人天地之心春秋花")) {
+        CharStrokes form, kai;
+        if (!file->Lookup(c, &form) || !r->strokes_->Lookup(c, &kai)) continue;
+        const float fe = FormExtent(form), ke = FormExtent(kai);
+        if (fe <= 0 || ke <= 0) continue;
+        sum += fe;
+        ref += ke;
+      }
+      if (sum > 0) r->form_scale_[static_cast<int>(st)] = std::clamp(ref / sum, 0.6f, 1.6f);
+    }
+  }
   r->textures_ = std::make_unique<Textures>(Textures::Build());
 
   // The backend for the heavy passes (backend.h).
@@ -472,27 +572,102 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
   }
   stats.background_ms = Ms(tb, Clock::now());
   const auto tp = Clock::now();
+  // Column flow (xing, cao): each poem character's size from its stroke
+  // count, the column re-paced along its length from its top with those
+  // sizes, its axis drifting sideways; deterministic per seed.
+  const bool flowing = opts.style != Style::kKai;
+  std::vector<Cell> cells = layout.cells;
+  if (flowing) {
+    const Flow flow = FlowFor(opts.style);
+    Rng fr(opts.seed, 0xf10u);
+    for (size_t i = 0; i < cells.size();) {
+      size_t j = i;
+      while (j < cells.size() && cells[j].run == cells[i].run && cells[j].role == cells[i].role)
+        ++j;
+      if (cells[i].role == Role::kPoem) {
+        const float size = cells[i].size;
+        float pos = (opts.vertical ? cells[i].cy : cells[i].cx) - 0.5f * size;
+        const float phase = fr.Range(0.0f, 6.2832f), freq = fr.Range(0.4f, 0.7f);
+        for (size_t k = i; k < j; ++k) {
+          CharStrokes ks;
+          int n = strokes_->Lookup(cells[k].c, &ks) ? static_cast<int>(ks.strokes.size()) : 9;
+          const float d = std::clamp((static_cast<float>(n) - 3.0f) / 11.0f, 0.0f, 1.0f);
+          const float scale =
+              std::clamp(flow.lo + (flow.hi - flow.lo) * d + 0.06f * fr.Signed(), flow.lo, flow.hi);
+          const float pitch = size * scale * flow.pitch;
+          const float along = pos + 0.5f * pitch;
+          pos += pitch;
+          const float across =
+              size * flow.drift * std::sin(phase + freq * (along - cells[i].cy) / size);
+          Cell& c = cells[k];
+          c.size = size * scale;
+          if (opts.vertical) {
+            c.cy = along;
+            c.cx += across;
+          } else {
+            c.cx = along;
+            c.cy += across;
+          }
+        }
+      }
+      i = j;
+    }
+  }
   // Stroke plans: each character's brush path, ink load draining as it writes
-  // and reloaded every few characters.
+  // and reloaded every few characters (kai) or at each phrase (xing, cao).
   InkState ink;
+  int since_reload = 0;
   int until_reload = style.reload_min;
   PenPoint prev_last;
   int prev_run = -1;
   Role prev_role = Role::kPoem;
   std::vector<WrittenSpan> spans;  // the writing's characters (only when asked for)
   bool reloaded = false;
-  for (size_t i = 0; i < layout.cells.size(); ++i) {
-    const Cell& cell = layout.cells[i];
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const Cell& cell = cells[i];
     Rng cr(opts.seed, 0xc000u + i);
     const size_t span_begin = dabs.size();
-    if (until_reload-- <= 0) {
+    if (!flowing) {
+      if (until_reload-- <= 0) {
+        reloaded = true;
+        ink.load = 0.9f + 0.1f * cr.Uniform();
+        until_reload = style.reload_min + cr.Int(style.reload_max - style.reload_min + 1);
+      }
+    } else if (i > 0 && (cell.line_start || cell.role != prev_role || since_reload >= 9)) {
+      // A phrase begins (or a long one runs on): the brush is dipped again.
       reloaded = true;
-      ink.load = 0.9f + 0.1f * cr.Uniform();
-      until_reload = style.reload_min + cr.Int(style.reload_max - style.reload_min + 1);
+      ink.load = 0.96f + 0.04f * cr.Uniform();
+      since_reload = 0;
     }
+    ++since_reload;
     StyleSet cs = style;
     if (cell.role == Role::kSignature) {
       cs = StyleFor(opts.style == Style::kKai ? Style::kXing : opts.style);
+    }
+    // xing, cao: the calligrapher's form, else one style down (counted).
+    CharStrokes ch;
+    int form = -1;
+    if (flowing) {
+      Style from = opts.style;
+      if (forms_ != nullptr && forms_->Lookup(opts.style, cell.c, &ch, &from) &&
+          !ch.strokes.empty()) {
+        form = static_cast<int>(from);
+        if (from != opts.style) ++stats.forms_to_xing;
+        ++stats.form_characters;
+        ScaleForm(&ch, form_scale_[form]);
+        JoinTouchingPaths(&ch);
+        const Flow flow = FlowFor(opts.style);
+        cs.brush = FormBrush(from);
+        cs.brush.link_chars = FormBrush(opts.style).link_chars;
+        cs.jitter_scale = 0.03f;
+        cs.jitter_rot = cell.role == Role::kPoem ? flow.tilt : 0.02f;
+        cs.jitter_shear = 0.02f;
+        cs.jitter_offset = 0.01f;
+        cs.glyph = 1.0f;
+      } else {
+        ch.strokes.clear();
+        ++stats.forms_to_kai;
+      }
     }
     Affine xf = CharAffine(cell, cs, cr);
     Placement pl;
@@ -500,9 +675,12 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
     std::copy(std::begin(xf.m), std::end(xf.m), std::begin(pl.m));
     pl.cell = cell.size;
     pl.role = static_cast<int>(cell.role);
-    CharStrokes ch;
+    pl.run = cell.run;
+    pl.form = form;
     PenPoint first, last;
-    if (strokes_->Lookup(cell.c, &ch)) {
+    if (form >= 0) {
+      PlanCharacter(ch, xf, cs.brush, cell.size, cr, &ink, &dabs, &first, &last);
+    } else if (strokes_->Lookup(cell.c, &ch)) {
       PlanCharacter(ch, xf, cs.brush, cell.size, cr, &ink, &dabs, &first, &last);
     } else {
       std::vector<uint8_t> raster;

@@ -1,13 +1,23 @@
 // danqing::render: a poem written in calligraphy over an ink-wash painting.
 //
-// The renderer plans each character's strokes from the stroke data (medians in
-// writing order, widths from the outlines), simulates a brush along them
+// The renderer plans each character's strokes, in kai from the stroke data
+// (medians in writing order, widths from the outlines), in xing and cao from
+// the calligraphers' forms (paths and widths recovered from the 行书/草书
+// glyphs, render/cursive_forms.h; where the font joins two paths the brush
+// keeps moving, where it lifts the brush lifts), simulates a brush along them
 // (pressure, speed, a bristle ink load that drains into flying white, wet ink
 // diffusing into paper fibres) in kai, xing or cao style, lays the poem out in
 // columns with title, signature and a red seal, and composes it over a
 // procedural landscape, plain rice paper, or the visitor's photo as ink wash.
 // Characters missing from the stroke data are inked from a Kai font
-// (FreeType); characters neither has are dropped and counted.
+// (FreeType); characters neither has are dropped and counted. A xing or cao
+// character its font lacks falls back a style (cao -> xing -> kai), counted.
+//
+// Column flow (行气) in xing and cao, deterministic per seed: a character's
+// size follows its stroke count within a per-style range, each is tilted a
+// little, the column's axis drifts gently sideways, cao is set tighter and
+// joins some consecutive characters with one continuous stroke, and the brush
+// is dipped at each phrase (a line of the text), so a phrase runs 浓 to 枯.
 //
 // Errors (Render): INVALID_ARGUMENT for a bad canvas size, a photo background
 // without a photo, or text with nothing renderable and no title/signature is
@@ -77,6 +87,13 @@ struct RenderStats {
   int characters = 0;           // characters written (poem, title, signature, date)
   int fallback_characters = 0;  // of those, inked from the font
   int dropped_characters = 0;   // in neither the stroke data nor the font
+  // xing and cao (issue 27): characters written from the calligrapher's form
+  // of the style asked for; those whose font lacks them, written one style
+  // down instead: cao from the xing form, and (either style) from the kai
+  // stroke data (also when the forms files are absent or a form is empty).
+  int form_characters = 0;
+  int forms_to_xing = 0;
+  int forms_to_kai = 0;
   size_t dabs = 0;              // brush imprints stamped
   std::string backend = "cpu";  // which backend ran the heavy passes: "cpu" or "cuda"
   std::string gpu_error;        // non-empty: the GPU could not take or finish it, the CPU did
@@ -117,6 +134,12 @@ struct RendererConfig {
   std::string font_path;
   // True: do not load any font (tests of the no-font path).
   bool no_font = false;
+  // The running and cursive forms, cursive-{xing,cao}.bin (render/
+  // cursive_forms.h). Empty: the stroke data's directory. Absent files are
+  // not an error: xing and cao fall back to the next style down, counted in
+  // RenderStats; a corrupt one makes Create fail (INVALID_ARGUMENT naming it).
+  std::string cursive_dir;
+  bool no_cursive = false;  // true: no forms (xing and cao from the stroke data)
   // The heavy passes' backend: "auto", "cpu" or "gpu" (see render/backend.h).
   // Empty: $DANQING_RENDER_BACKEND, else auto. gpu without a usable device
   // makes Create fail with FAILED_PRECONDITION / UNAVAILABLE.
@@ -131,6 +154,7 @@ struct RendererConfig {
 
 class StrokeData;
 class GlyphFont;
+class CursiveForms;
 struct Textures;
 inline namespace DANQING_CUDA_BACKEND_DEFAULT_NS {
 class CudaContext;
@@ -168,6 +192,8 @@ class Renderer {
     float cell = 0;                   // cell size in pixels
     bool fallback = false;
     int role = 0;                     // 0 poem, 1 title, 2 signature/date
+    int run = 0;                      // column (vertical) or row
+    int form = -1;                    // the Style whose calligrapher's form it is; -1: stroke data
   };
   struct Detail {
     std::vector<Placement> placements;
@@ -178,12 +204,16 @@ class Renderer {
                                       Writing* writing = nullptr) const;
   const GlyphFont* font() const { return font_.get(); }
   const StrokeData* strokes() const { return strokes_.get(); }
+  // The running/cursive forms, or nullptr when none were found.
+  const CursiveForms* forms() const { return forms_.get(); }
 
  private:
   Renderer();
   std::string strokes_path_;
   std::unique_ptr<StrokeData> strokes_;
   std::unique_ptr<GlyphFont> font_;
+  std::unique_ptr<CursiveForms> forms_;
+  float form_scale_[3] = {1, 1, 1};  // per style: the forms' box scaled to the stroke data's size
   std::unique_ptr<Textures> textures_;
   std::string backend_ = "cpu", backend_reason_;
   std::unique_ptr<CudaContext> cuda_;

@@ -60,36 +60,6 @@ struct FontRow {
   std::string path;
 };
 
-// A res x res mask cropped to its ink's box and scaled (nearest) to fit an
-// out x out square, centred; empty in, empty out.
-std::vector<uint8_t> FitMask(const std::vector<uint8_t>& m, int res, int out) {
-  int x0 = res, y0 = res, x1 = -1, y1 = -1;
-  for (int y = 0; y < res; ++y) {
-    for (int x = 0; x < res; ++x) {
-      if (m[static_cast<size_t>(y * res + x)] == 0) continue;
-      x0 = std::min(x0, x);
-      x1 = std::max(x1, x);
-      y0 = std::min(y0, y);
-      y1 = std::max(y1, y);
-    }
-  }
-  std::vector<uint8_t> o(static_cast<size_t>(out * out), 0);
-  if (x1 < 0) return o;
-  const float bw = static_cast<float>(x1 - x0 + 1), bh = static_cast<float>(y1 - y0 + 1);
-  const float k = static_cast<float>(out) / std::max(bw, bh);
-  const float ox = 0.5f * (static_cast<float>(out) - bw * k),
-              oy = 0.5f * (static_cast<float>(out) - bh * k);
-  for (int y = 0; y < out; ++y) {
-    for (int x = 0; x < out; ++x) {
-      const int sx = x0 + static_cast<int>(std::floor((static_cast<float>(x) + 0.5f - ox) / k));
-      const int sy = y0 + static_cast<int>(std::floor((static_cast<float>(y) + 0.5f - oy) / k));
-      if (sx < x0 || sx > x1 || sy < y0 || sy > y1) continue;
-      o[static_cast<size_t>(y * out + x)] = m[static_cast<size_t>(sy * res + sx)];
-    }
-  }
-  return o;
-}
-
 struct FormsRow {
   std::vector<double> iou_font, iou_kai;
   int closer = 0, characters = 0, from_form = 0;
@@ -150,11 +120,11 @@ danqing::Status MeasureForms(const render::Renderer& renderer, render::Style sty
           std::vector<uint8_t> cov;
           if (style_font == nullptr || !render::CentredGlyphCoverage(*style_font, pl.c, kRes, &cov))
             continue;
-          const double f = render::MaskIoU(FitMask(ink, kRes, kFit),
-                                           FitMask(render::Threshold(cov), kRes, kFit));
+          const double f = render::MaskIoU(render::FitToSquare(ink, kRes, kFit),
+                                           render::FitToSquare(render::Threshold(cov), kRes, kFit));
           if (!render::CentredGlyphCoverage(kai_font, pl.c, kRes, &cov)) continue;
-          const double k = render::MaskIoU(FitMask(ink, kRes, kFit),
-                                           FitMask(render::Threshold(cov), kRes, kFit));
+          const double k = render::MaskIoU(render::FitToSquare(ink, kRes, kFit),
+                                           render::FitToSquare(render::Threshold(cov), kRes, kFit));
           row->iou_font.push_back(f);
           row->iou_kai.push_back(k);
           ++row->characters;

@@ -660,4 +660,34 @@ double MaskIoU(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   return uni == 0 ? 1.0 : static_cast<double>(inter) / static_cast<double>(uni);
 }
 
+std::vector<uint8_t> FitToSquare(const std::vector<uint8_t>& m, int res, int out) {
+  std::vector<uint8_t> o(static_cast<size_t>(out) * static_cast<size_t>(out), 0);
+  if (res <= 0 || out <= 0 || m.size() != static_cast<size_t>(res) * static_cast<size_t>(res))
+    return o;
+  int x0 = res, y0 = res, x1 = -1, y1 = -1;
+  for (int y = 0; y < res; ++y) {
+    for (int x = 0; x < res; ++x) {
+      if (m[static_cast<size_t>(y * res + x)] == 0) continue;
+      x0 = std::min(x0, x);
+      x1 = std::max(x1, x);
+      y0 = std::min(y0, y);
+      y1 = std::max(y1, y);
+    }
+  }
+  if (x1 < 0) return o;
+  const float bw = static_cast<float>(x1 - x0 + 1), bh = static_cast<float>(y1 - y0 + 1);
+  const float k = static_cast<float>(out) / std::max(bw, bh);
+  const float ox = 0.5f * (static_cast<float>(out) - bw * k),
+              oy = 0.5f * (static_cast<float>(out) - bh * k);
+  for (int y = 0; y < out; ++y) {
+    for (int x = 0; x < out; ++x) {
+      const int sx = x0 + static_cast<int>(std::floor((static_cast<float>(x) + 0.5f - ox) / k));
+      const int sy = y0 + static_cast<int>(std::floor((static_cast<float>(y) + 0.5f - oy) / k));
+      if (sx < x0 || sx > x1 || sy < y0 || sy > y1) continue;
+      o[static_cast<size_t>(y * out + x)] = m[static_cast<size_t>(sy * res + sx)] != 0 ? 1 : 0;
+    }
+  }
+  return o;
+}
+
 }  // namespace danqing::render

@@ -56,6 +56,11 @@ class GlyphFont;
 // glyph has no ink.
 bool CentredGlyphCoverage(const GlyphFont& font, char32_t c, int res, std::vector<uint8_t>* out);
 
+// A res x res mask (nonzero = ink) cropped to its ink's box and scaled
+// (nearest) to fit an out x out square, centred: two shapes compared after
+// fitting each to its cell. No ink: all zero.
+std::vector<uint8_t> FitToSquare(const std::vector<uint8_t>& mask, int res, int out);
+
 // Coverage thresholded into a 0/1 mask.
 std::vector<uint8_t> Threshold(const std::vector<uint8_t>& coverage, uint8_t threshold = 128);
 

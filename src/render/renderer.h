@@ -138,7 +138,7 @@ struct RendererConfig {
   // cursive_forms.h). Empty: the stroke data's directory. Absent files are
   // not an error: xing and cao fall back to the next style down, counted in
   // RenderStats; a corrupt one makes Create fail (INVALID_ARGUMENT naming it).
-  std::string cursive_dir;
+  std::string cursive_dir = "";
   bool no_cursive = false;  // true: no forms (xing and cao from the stroke data)
   // The heavy passes' backend: "auto", "cpu" or "gpu" (see render/backend.h).
   // Empty: $DANQING_RENDER_BACKEND, else auto. gpu without a usable device

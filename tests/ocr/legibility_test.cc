@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+
 #include "common/utf8.h"
+#include "render/cursive_forms.h"
 #include "render/renderer.h"
 
 namespace danqing::ocr {
@@ -74,6 +78,53 @@ TEST(Legibility, KaiReadsAtLeast98PercentAndUKaiOnWhiteIsTheCeiling) {
     ukai += *s;
   }
   EXPECT_GE(ukai.Ratio(), 0.98) << ukai.read << "/" << ukai.written;
+}
+
+// Issue 27: xing and cao written from the calligraphers' forms may read no
+// worse than the hand they write: each style's score >= its plain font's,
+// typeset on white, - 5 points (seed 11, landscape and paper, four poems).
+TEST(Legibility, XingAndCaoReadWithinFivePointsOfTheirFonts) {
+  auto ocr = Ocr::Open();
+  ASSERT_TRUE(ocr.ok()) << ocr.status().ToString();
+  auto renderer = render::Renderer::Create();
+  ASSERT_TRUE(renderer.ok()) << renderer.status().ToString();
+  if ((*renderer)->forms() == nullptr) GTEST_SKIP() << "no cursive-*.bin built (tools/cursive)";
+  const std::string nm = DANQING_SOURCE_DIR "/node_modules/@fontsource/";
+  for (render::Style style : {render::Style::kXing, render::Style::kCao}) {
+    const std::string pkg = style == render::Style::kXing ? "zhi-mang-xing" : "liu-jian-mao-cao";
+    auto font =
+        render::GlyphFont::Open(nm + pkg + "/files/" + pkg + "-chinese-simplified-400-normal.woff");
+    if (!font.ok()) GTEST_SKIP() << font.status().ToString();
+    LegibilityScore rendered, plain;
+    for (const char* poem : kPoems) {
+      auto lines = PoemLines(poem);
+      ASSERT_TRUE(lines.ok());
+      for (render::Background bg : {render::Background::kLandscape, render::Background::kPaper}) {
+        render::RenderOptions o;
+        o.style = style;
+        o.background = bg;
+        o.seed = 11;
+        render::RenderStats st;
+        auto img = (*renderer)->Render({poem, "", "", ""}, o, &st);
+        ASSERT_TRUE(img.ok()) << img.status().ToString();
+        EXPECT_EQ(st.form_characters, st.characters) << "written from the " << pkg << " forms";
+        auto s = ScoreImage(**ocr, *img, *lines);
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        rendered += *s;
+      }
+      auto img = TypesetColumns(**font, *lines, 1920, 1080);
+      ASSERT_TRUE(img.ok()) << img.status().ToString();
+      auto s = ScoreImage(**ocr, *img, *lines);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      plain += *s;
+    }
+    std::printf("%s: rendered %d/%d, font on white %d/%d\n",
+                std::string(render::StyleName(style)).c_str(), rendered.read, rendered.written,
+                plain.read, plain.written);
+    EXPECT_GE(rendered.Ratio(), plain.Ratio() - 0.05)
+        << render::StyleName(style) << ": " << rendered.read << "/" << rendered.written
+        << " vs the font's " << plain.read << "/" << plain.written;
+  }
 }
 
 }  // namespace

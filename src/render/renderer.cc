@@ -658,7 +658,9 @@ Result<image::Image> Renderer::RenderDetailed(const Inscription& text, const Ren
         JoinTouchingPaths(&ch);
         const Flow flow = FlowFor(opts.style);
         cs.brush = FormBrush(from);
-        cs.brush.link_chars = FormBrush(opts.style).link_chars;
+        // Links run down a column, from a character's last stroke to the
+        // next one's first; across a row they would cut through the glyphs.
+        cs.brush.link_chars = opts.vertical ? FormBrush(opts.style).link_chars : 0.0f;
         cs.jitter_scale = 0.03f;
         cs.jitter_rot = cell.role == Role::kPoem ? flow.tilt : 0.02f;
         cs.jitter_shear = 0.02f;

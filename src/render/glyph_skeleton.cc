@@ -690,4 +690,22 @@ std::vector<uint8_t> FitToSquare(const std::vector<uint8_t>& m, int res, int out
   return o;
 }
 
+void JoinTouchingPaths(CharStrokes* ch) {
+  std::vector<Stroke> out;
+  for (auto& st : ch->strokes) {
+    if (st.points.empty()) continue;
+    if (!out.empty()) {
+      const MedianPoint& a = out.back().points.back();
+      const MedianPoint& b = st.points.front();
+      const float gap = std::hypot(a.x - b.x, a.y - b.y);
+      if (gap < 0.9f * (a.half_width + b.half_width) + 6.0f) {
+        out.back().points.insert(out.back().points.end(), st.points.begin(), st.points.end());
+        continue;
+      }
+    }
+    out.push_back(std::move(st));
+  }
+  ch->strokes = std::move(out);
+}
+
 }  // namespace danqing::render

@@ -42,6 +42,12 @@ struct SkeletonParams {
 CharStrokes SkeletonStrokes(const std::vector<uint8_t>& coverage, int res,
                             const SkeletonParams& params = {});
 
+// Consecutive paths where one ends where the next begins (within 0.9 x the
+// sum of their half-widths there, + 6 box units: a join the font draws, 连笔)
+// merged into one path, so the brush keeps moving through the join; paths
+// apart stay apart (the brush lifts). Empty paths are dropped.
+void JoinTouchingPaths(CharStrokes* ch);
+
 // The strokes drawn back as round-capped capsules of their half-widths into a
 // res x res mask of the 1024 box (1 = ink).
 std::vector<uint8_t> RasterizeStrokes(const CharStrokes& strokes, int res);

@@ -14,6 +14,7 @@
 #include "render/brush.h"
 #include "render/cursive_forms.h"
 #include "render/glyph_font.h"
+#include "render/glyph_skeleton.h"
 #include "render/layout.h"
 #include "render/passes.h"
 #include "render/passes_cuda.h"
@@ -100,26 +101,6 @@ struct Flow {
 Flow FlowFor(Style s) {
   if (s == Style::kCao) return {0.66f, 1.18f, 0.92f, 0.10f, 0.09f};
   return {0.80f, 1.10f, 1.0f, 0.07f, 0.05f};
-}
-
-// Consecutive paths that touch in the glyph (the end of one where the next
-// begins: a join the font draws, 连笔) become one path: the brush keeps moving.
-void JoinTouchingPaths(CharStrokes* ch) {
-  std::vector<Stroke> out;
-  for (auto& st : ch->strokes) {
-    if (st.points.empty()) continue;
-    if (!out.empty()) {
-      const MedianPoint& a = out.back().points.back();
-      const MedianPoint& b = st.points.front();
-      const float gap = std::hypot(a.x - b.x, a.y - b.y);
-      if (gap < 0.9f * (a.half_width + b.half_width) + 6.0f) {
-        out.back().points.insert(out.back().points.end(), st.points.begin(), st.points.end());
-        continue;
-      }
-    }
-    out.push_back(std::move(st));
-  }
-  ch->strokes = std::move(out);
 }
 
 // Scales a form about the box centre (its paths and widths).

@@ -129,6 +129,19 @@ TEST(GlyphSkeleton, KaiGlyphsFromUKai) {
   EXPECT_GT(MaskIoU(RasterizeStrokes(ten, kRes), Threshold(cov)), 0.75);
 }
 
+TEST(GlyphSkeleton, PathsTheFontJoinsBecomeOneAndPathsApartStayApart) {
+  CharStrokes cs;
+  cs.strokes.push_back({{{100, 100, 30}, {500, 100, 30}}});  // 一
+  cs.strokes.push_back({{{520, 110, 30}, {300, 500, 30}}});  // begins where 一 ends: joined
+  cs.strokes.push_back({});                                  // empty: dropped
+  cs.strokes.push_back({{{700, 300, 30}, {700, 800, 30}}});  // 200 units away: a lift
+  JoinTouchingPaths(&cs);
+  ASSERT_EQ(cs.strokes.size(), 2u) << Describe(cs);
+  EXPECT_EQ(cs.strokes[0].points.size(), 4u);
+  EXPECT_FLOAT_EQ(cs.strokes[0].points[3].y, 500.0f);
+  EXPECT_FLOAT_EQ(cs.strokes[1].points[0].x, 700.0f);
+}
+
 // The files tools/cursive built into the build tree (skipped when they were not).
 TEST(CursiveForms, BuiltFormsCoverThePoemsWithFaithfulPaths) {
   auto forms = CursiveForms::Open();

@@ -118,6 +118,15 @@ stage_service_data() {
   if [ -f "$(dirname "$strokes")/ARPHICPL.TXT" ]; then
     install -m 0644 "$(dirname "$strokes")/ARPHICPL.TXT" "$root/usr/share/danqing/ARPHICPL.TXT" || return 1
   fi
+  # The running and cursive forms (issue 27), read beside the stroke data,
+  # with their fonts' OFL texts; without them xing and cao fall back to kai.
+  for f in cursive-xing.bin cursive-cao.bin OFL.zhi-mang-xing.txt OFL.liu-jian-mao-cao.txt; do
+    if [ -f "$(dirname "$strokes")/$f" ]; then
+      install -m 0644 "$(dirname "$strokes")/$f" "$root/usr/share/danqing/$f" || return 1
+    else
+      echo "WARN danqing image: $(dirname "$strokes")/$f not built: xing and cao will be written from the kai stroke data"
+    fi
+  done
   for f in haarcascades/haarcascade_frontalcatface.xml lbpcascades/lbpcascade_frontalface.xml; do
     # --cascades names the Haar directory; the LBP one is beside it (opencv-data's layout).
     local src="$cascades/../$f"

@@ -38,6 +38,11 @@ done | sort -u | while read -r lib; do
   esac
 done
 cp "$BUILD/data/strokes.bin" "$BUILD/data/ARPHICPL.TXT" "$OUTDIR/data/"
+# The running and cursive forms (issue 27), when built: the GPU parity tests
+# then render xing and cao from them as the CPU does.
+for f in cursive-xing.bin cursive-cao.bin OFL.zhi-mang-xing.txt OFL.liu-jian-mao-cao.txt; do
+  if [ -f "$BUILD/data/$f" ]; then cp "$BUILD/data/$f" "$OUTDIR/data/"; fi
+done
 # The perceiver's two cascades (Debian's opencv-data) for pipeline_bench.
 cp /usr/share/opencv4/haarcascades/haarcascade_frontalcatface.xml "$OUTDIR/cascades/haarcascades/"
 cp /usr/share/opencv4/lbpcascades/lbpcascade_frontalface.xml "$OUTDIR/cascades/lbpcascades/"

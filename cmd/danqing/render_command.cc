@@ -152,15 +152,18 @@ void Run(const RenderArgs& a) {
   if (want_writing) WriteWriting(a, clip, *img, writing, stats.backend);
   std::printf(
       "%s: %dx%d %s on %s, seed %llu\n"
-      "characters %d (font fallback %d, dropped %d), dabs %zu\n"
+      "characters %d (font fallback %d, dropped %d; from the %s forms %d, cao->xing %d, ->kai %d), "
+      "dabs %zu\n"
       "total %.1f ms: background %.1f, strokes %.1f, diffusion %.1f, compose %.1f (heavy passes "
       "%.1f on %s)\n",
       a.out.empty() ? "(no image file)" : a.out.c_str(), opts.width, opts.height,
       std::string(render::StyleName(opts.style)).c_str(),
       std::string(render::BackgroundName(opts.background)).c_str(),
       static_cast<unsigned long long>(opts.seed), stats.characters, stats.fallback_characters,
-      stats.dropped_characters, stats.dabs, stats.total_ms, stats.background_ms, stats.strokes_ms,
-      stats.diffusion_ms, stats.compose_ms, stats.passes_ms, stats.backend.c_str());
+      stats.dropped_characters, std::string(render::StyleName(opts.style)).c_str(),
+      stats.form_characters, stats.forms_to_xing, stats.forms_to_kai, stats.dabs, stats.total_ms,
+      stats.background_ms, stats.strokes_ms, stats.diffusion_ms, stats.compose_ms, stats.passes_ms,
+      stats.backend.c_str());
 }
 
 }  // namespace

@@ -237,6 +237,50 @@ TEST_F(RenderFormsTest, ACorruptFormsFileIsAClearErrorNamingIt) {
   EXPECT_EQ(st.forms_to_kai, 20);
 }
 
+// The write-time plane (issue 28) follows the forms' writing order: a
+// character's top is written before its bottom, and each character after
+// the one before it in the column.
+TEST_F(RenderFormsTest, TheWritingFollowsTheFormsOrder) {
+  for (Style s : {Style::kXing, Style::kCao}) {
+    const RenderOptions o = Opts(s);
+    Renderer::Detail d;
+    Writing wr;
+    ASSERT_TRUE(renderer_->RenderDetailed({kPoem, "", "", ""}, o, nullptr, &d, &wr).ok());
+    ASSERT_EQ(d.placements.size(), 20u);
+    int top_first = 0;
+    double prev_mean = -1;
+    int in_order = 0;
+    for (const auto& pl : d.placements) {
+      double sum[3] = {0, 0, 0};
+      int n[3] = {0, 0, 0};
+      constexpr int kRes = 48;
+      for (int y = 0; y < kRes; ++y) {
+        for (int x = 0; x < kRes; ++x) {
+          const float bx = (static_cast<float>(x) + 0.5f) * 1024.0f / kRes;
+          const float by = (static_cast<float>(y) + 0.5f) * 1024.0f / kRes;
+          const int cx = static_cast<int>(pl.m[0] * bx + pl.m[1] * by + pl.m[2]);
+          const int cy = static_cast<int>(pl.m[3] * bx + pl.m[4] * by + pl.m[5]);
+          if (cx < 0 || cy < 0 || cx >= o.width || cy >= o.height) continue;
+          if (d.ink[static_cast<size_t>(cy) * static_cast<size_t>(o.width) +
+                    static_cast<size_t>(cx)] < 0.3f)
+            continue;
+          const uint16_t ms = wr.ms[wr.PlaneIndex(cx, cy)];
+          if (ms == 0xFFFF) continue;
+          sum[y * 3 / kRes] += ms;
+          ++n[y * 3 / kRes];
+        }
+      }
+      ASSERT_GT(n[0] + n[1] + n[2], 0);
+      if (n[0] > 0 && n[2] > 0 && sum[0] / n[0] < sum[2] / n[2]) ++top_first;
+      const double mean = (sum[0] + sum[1] + sum[2]) / (n[0] + n[1] + n[2]);
+      if (mean > prev_mean) ++in_order;
+      prev_mean = mean;
+    }
+    EXPECT_GE(top_first, 16) << StyleName(s) << ": tops written first in most characters";
+    EXPECT_GE(in_order, 19) << StyleName(s) << ": characters in writing order";
+  }
+}
+
 // Characters in no font at all are dropped and counted, as before, in every style.
 TEST_F(RenderFormsTest, CharactersInNoFontAreDroppedAndCounted) {
   for (Style s : {Style::kXing, Style::kCao}) {

@@ -6,12 +6,13 @@
 // and ma-shan-zheng (a brush kai, kept for comparison), recovering each
 // glyph's paths with render/glyph_skeleton.h: cursive-xing.bin,
 // cursive-cao.bin, cursive-kai.bin in the stroke data's format (DQSTRK01,
-// render/stroke_data.h), with OFL.txt beside them. The renderer does not call
-// this yet; kai keeps the stroke data.
+// render/stroke_data.h), with OFL.txt beside them. The renderer writes xing
+// and cao from cursive-xing.bin and cursive-cao.bin (render/renderer.h); kai
+// keeps the stroke data.
 //
 // Fallback: a character the cao font lacks takes the xing form; one the xing
-// font lacks has none here (the caller uses the stroke data's kai and counts
-// it). Lookup says which style's form it gave.
+// font lacks has none here (the renderer uses the stroke data's kai and counts
+// it, RenderStats::forms_to_kai). Lookup says which style's form it gave.
 //
 // Thread-safety: immutable after Open(); Lookup may run on many threads.
 #pragma once

@@ -9,6 +9,8 @@
 //   * a GPU fails and recovers: its taint appears in the slice, then goes
 //   * the API server restarts: the agent catches up
 //   * the agent stops mid-prepare: the checkpoint keeps what was prepared
+//   * a MIG re-partition (and reload) is a new pool generation; split mode
+//     publishes only its DRA GPUs
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -21,6 +23,7 @@
 #include "agent/agent.h"
 #include "config/config.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
+#include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
 #include "testing/support/temp_dir.h"
 #include "tests/dra/slice_fixtures.h"
@@ -126,7 +129,7 @@ class DraE2eTest : public ::testing::Test {
     client_.reset();
     dra_kubelet_.reset();
   }
-  config::Config Config() {
+  config::Config Config(const std::string& mode = "dra", std::vector<std::string> dra_gpus = {}) {
     auto parsed = config::ParseConfig("version: v1\n", "test.yaml");
     config::Config cfg = *parsed;
     cfg.danqing.device_plugin_path = dir_ + "/dp";
@@ -136,7 +139,8 @@ class DraE2eTest : public ::testing::Test {
     cfg.danqing.health_check_interval = 50ms;
     cfg.danqing.xid_quiet_period = 600ms;
     cfg.danqing.metrics_addr = "";
-    cfg.danqing.mode = "dra";
+    cfg.danqing.mode = mode;
+    cfg.danqing.dra_gpus = std::move(dra_gpus);
     cfg.danqing.node_name = kNode;
     cfg.danqing.dra_plugins_registry = dir_ + "/registry";
     cfg.danqing.dra_plugin_dir = dir_ + "/plugins";
@@ -147,8 +151,8 @@ class DraE2eTest : public ::testing::Test {
   }
   // Starts the agent as main does: the API client from the configuration,
   // claims read through it, slices published through it.
-  void StartAgent(GatedSource::Gate* gate = nullptr) {
-    const config::Config cfg = Config();
+  void StartAgent(GatedSource::Gate* gate = nullptr, config::Config cfg = {}) {
+    if (cfg.danqing.node_name.empty()) cfg = Config();
     if (!client_) {
       auto client = agent::ApiClientFor(cfg);
       ASSERT_TRUE(client.ok()) << client.status().ToString();
@@ -406,6 +410,74 @@ TEST_F(DraE2eTest, AgentStoppedMidPrepareKeepsPreparedClaims) {
   EXPECT_EQ(Unprepare("first", Uid(first)), "");
   EXPECT_EQ(Unprepare("second", Uid(second)), "");
   EXPECT_FALSE(std::filesystem::exists(SpecPath(Uid(first))));
+}
+
+bool HasDevices(const std::vector<json>& all, const std::vector<std::string>& names) {
+  const auto slices = NodeSlices(all);
+  for (const auto& n : names) {
+    if (FindDevice(slices, n) == nullptr) return false;
+  }
+  return true;
+}
+
+size_t DeviceCount(const std::vector<json>& all) {
+  size_t n = 0;
+  for (const auto& s : NodeSlices(all)) n += s["spec"]["devices"].size();
+  return n;
+}
+
+TEST_F(DraE2eTest, MigRepartitionIsANewPoolGeneration) {
+  testing::FakeNode node("a100-mig-mixed");
+  StartAgent();
+  ASSERT_TRUE(WaitSlices([](const auto& all) { return DeviceCount(all) == 14; }));
+  ASSERT_TRUE(agent_->dra_publisher()->WaitSynced(10s));
+  ASSERT_EQ(Generation(api_->server->Slices()), 1);
+  // GPU 2: 2×3g.40gb becomes 3g.40gb + 2g.20gb + 1g.10gb (the agent's owner
+  // reloads on NVML's MIG change event; the test does it).
+  node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[
+    {"profile":"3g.40gb","gpu_instance_id":1,"compute_instance_id":0,"uuid":"MIG-14eaed19-a382-b446-b2f3-8a60956ecaa8","placement_start":0},
+    {"profile":"2g.20gb","gpu_instance_id":3,"compute_instance_id":0,"uuid":"MIG-aaaaaaaa-bbbb-cccc-dddd-000000000001","placement_start":4},
+    {"profile":"1g.10gb","gpu_instance_id":9,"compute_instance_id":0,"uuid":"MIG-aaaaaaaa-bbbb-cccc-dddd-000000000002","placement_start":6}]}})");
+  ASSERT_TRUE(agent_->Reload(Config()).ok());
+  ASSERT_TRUE(WaitSlices([](const auto& all) {
+    return DeviceCount(all) == 15 &&
+           HasDevices(all,
+                      {"gpu-2-mig-3g40gb-1-0", "gpu-2-mig-2g20gb-3-0", "gpu-2-mig-1g10gb-9-0"});
+  })) << json(api_->server->Slices()).dump();
+  const auto all = api_->server->Slices();
+  EXPECT_FALSE(HasDevices(all, {"gpu-2-mig-3g40gb-2-0"}));
+  EXPECT_EQ(Generation(all), 2);
+  // The node plugin knows the new devices by the published names.
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  const json claim = Allocate("small", {"gpu-2-mig-1g10gb-9-0"});
+  EXPECT_EQ(Prepare("small", Uid(claim)).error(), "");
+  const json old = Allocate("old", {"gpu-2-mig-3g40gb-2-0"});
+  EXPECT_NE(Prepare("old", Uid(old)).error().find("unknown on this node"), std::string::npos);
+  // A reload with nothing changed writes no new generation.
+  ASSERT_TRUE(agent_->Reload(Config()).ok());
+  ASSERT_TRUE(agent_->dra_publisher()->WaitSynced(10s));
+  EXPECT_EQ(Generation(api_->server->Slices()), 2);
+}
+
+TEST_F(DraE2eTest, SplitModePublishesOnlyItsDraGpus) {
+  testing::FakeNode node("a100-mig-mixed");
+  std::filesystem::create_directories(dir_ + "/dp");
+  testing::KubeletEmulator kubelet(dir_ + "/dp");
+  ASSERT_TRUE(kubelet.Start().ok());
+  StartAgent(nullptr, Config("split", {"0", "3"}));
+  ASSERT_TRUE(WaitSlices([](const auto& all) {
+    return DeviceCount(all) == 5 && HasDevices(all, {"gpu-3", "gpu-0-mig-3g40gb-2-0"});
+  })) << json(api_->server->Slices()).dump();
+  const auto all = api_->server->Slices();
+  for (const auto& s : NodeSlices(all)) {
+    for (const auto& d : s["spec"]["devices"]) {
+      const std::string name = d["name"];
+      EXPECT_TRUE(name.starts_with("gpu-0-") || name == "gpu-3") << name;
+    }
+  }
+  agent_->Stop();
+  agent_.reset();
+  kubelet.Stop();
 }
 
 TEST(DraApiClient, ComesFromTheKubeconfigOrThePodOrNothing) {

@@ -457,6 +457,12 @@ TEST_F(DraE2eTest, MigRepartitionIsANewPoolGeneration) {
   ASSERT_TRUE(agent_->Reload(Config()).ok());
   ASSERT_TRUE(agent_->dra_publisher()->WaitSynced(10s));
   EXPECT_EQ(Generation(api_->server->Slices()), 2);
+  // The API server is chosen at start: a reload that changes it is refused.
+  auto moved = Config();
+  moved.danqing.kubeconfig = dir_ + "/other-kubeconfig";
+  const Status st = agent_->Reload(moved);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("danqing.kubeconfig"), std::string::npos) << st.message();
 }
 
 TEST_F(DraE2eTest, SplitModePublishesOnlyItsDraGpus) {

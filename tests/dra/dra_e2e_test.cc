@@ -12,6 +12,7 @@
 //   * a MIG re-partition (and reload) is a new pool generation; split mode
 //     publishes only its DRA GPUs
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <condition_variable>
 #include <filesystem>
@@ -484,6 +485,52 @@ TEST_F(DraE2eTest, SplitModePublishesOnlyItsDraGpus) {
   agent_->Stop();
   agent_.reset();
   kubelet.Stop();
+}
+
+// The binary as the DaemonSet runs it: main builds the API client from
+// --kubeconfig and hands it to the agent.
+TEST_F(DraE2eTest, TheBinaryPublishesWithAKubeconfigAndRefusesABadOne) {
+  testing::FakeNode node("a100-mig-mixed");
+  const std::vector<std::string> common = {DANQING_DEVICE_PLUGIN_BIN,
+                                           "--config-file=",
+                                           "--nvml-lib",
+                                           testing::FakeNvmlLibrary(),
+                                           "--mode",
+                                           "dra",
+                                           "--node-name",
+                                           kNode,
+                                           "--cdi-root",
+                                           dir_ + "/cdi",
+                                           "--node-features-file=",
+                                           "--metrics-addr",
+                                           "127.0.0.1:0",
+                                           "--device-plugin-path",
+                                           dir_ + "/dp",
+                                           "--dra-plugins-registry",
+                                           dir_ + "/registry",
+                                           "--dra-plugin-dir",
+                                           dir_ + "/plugins",
+                                           "--dra-checkpoint-dir",
+                                           dir_ + "/state",
+                                           "--kubeconfig"};
+  auto bad = common;
+  bad.push_back(dir_ + "/no-such-kubeconfig");
+  const auto refused = testing::RunCommand(bad);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("danqing.kubeconfig"), std::string::npos) << refused.out;
+
+  auto good = common;
+  good.push_back(dir_ + "/kubeconfig");
+  testing::ChildProcess agent(good);
+  ASSERT_TRUE(WaitSlices([](const auto& all) {
+    const auto s = NodeSlices(all);
+    return s.size() == 1 && s[0]["spec"]["devices"].size() == 14;
+  })) << agent.Output();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s)) << agent.Output();
+  const json claim = Allocate("by-binary", {"gpu-1-mig-1g10gb-13-0"});
+  EXPECT_EQ(Prepare("by-binary", Uid(claim)).error(), "");
+  EXPECT_TRUE(agent.Signal(SIGTERM));
+  EXPECT_EQ(agent.Wait(10'000), 0) << agent.Output();
 }
 
 TEST(DraApiClient, ComesFromTheKubeconfigOrThePodOrNothing) {

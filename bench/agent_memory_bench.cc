@@ -9,7 +9,14 @@
 // prints start/peak/end and the split of the last sample into anonymous memory
 // and pages of the binary and its shared libraries (/proc/<pid>/smaps_rollup).
 //
-// Usage: agent_memory_bench [seconds]   (default 30)
+// With `dra` (issue 25: "agent RSS in dra mode < 25 MiB"): the same node
+// served in dra mode instead (no device plugin), its API client from a
+// kubeconfig pointing at the API server emulator (HTTPS on loopback) where it
+// publishes the node's ResourceSlice (28 devices), registered with the DRA
+// kubelet emulator, which prepares and unprepares 200 1-GPU claims read from
+// the API server before the sampling starts; the metrics are scraped as above.
+//
+// Usage: agent_memory_bench [seconds] [dra]   (default 30, device-plugin mode)
 #include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
@@ -26,8 +33,10 @@
 
 #include "bench/soak/proc_stat.h"
 #include "podresources/v1/api.pb.h"
+#include "testing/kubelet/dra_kubelet_emulator.h"
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
+#include "tests/dra/slice_fixtures.h"
 
 namespace {
 
@@ -110,12 +119,91 @@ int main(int argc, char** argv) {
   }
   pod_resources.SetPods(pods);
 
-  danqing::testing::ChildProcess daemon(
-      {DANQING_DEVICE_PLUGIN_BIN, "--device-plugin-path", dir, "--nvml-lib", danqing::testing::FakeNvmlLibrary(),
-       "--cdi-root", dir + "/cdi", "--node-features-file", "", "--mig-strategy", "mixed", "--metrics-addr",
-       "127.0.0.1:0", "--pod-resources-socket", dir + "/pod-resources.sock", "--log-level", "info"});
+  const bool dra = argc > 2 && std::string(argv[2]) == "dra";
+  std::vector<std::string> args = {DANQING_DEVICE_PLUGIN_BIN,
+                                   "--device-plugin-path",
+                                   dir,
+                                   "--nvml-lib",
+                                   danqing::testing::FakeNvmlLibrary(),
+                                   "--cdi-root",
+                                   dir + "/cdi",
+                                   "--node-features-file",
+                                   "",
+                                   "--mig-strategy",
+                                   "mixed",
+                                   "--metrics-addr",
+                                   "127.0.0.1:0",
+                                   "--pod-resources-socket",
+                                   dir + "/pod-resources.sock",
+                                   "--log-level",
+                                   "info"};
+  std::unique_ptr<danqing::testing::ApiFixture> api;
+  std::unique_ptr<danqing::testing::DraKubeletEmulator> dra_kubelet;
+  if (dra) {
+    api = std::make_unique<danqing::testing::ApiFixture>(dir);
+    if (!api->error.empty()) {
+      std::fprintf(stderr, "API server emulator: %s\n", api->error.c_str());
+      return 1;
+    }
+    std::ofstream(dir + "/kubeconfig")
+        << "apiVersion: v1\nkind: Config\nclusters:\n- name: emu\n  cluster:\n    server: "
+        << api->server->url() << "\n    certificate-authority: " << api->pki.ca_cert
+        << "\nusers:\n- name: agent\n  user:\n    token: test-token\ncontexts:\n- name: emu\n"
+           "  context:\n    cluster: emu\n    user: agent\ncurrent-context: emu\n";
+    dra_kubelet = std::make_unique<danqing::testing::DraKubeletEmulator>(
+        danqing::testing::DraKubeletOptions{dir + "/registry", {"v1.DRAPlugin"}, 10'000ms});
+    if (!dra_kubelet->Start()) return 1;
+    for (const char* a : {"--mode", "dra", "--node-name", "node-a", "--kubeconfig"})
+      args.emplace_back(a);
+    args.push_back(dir + "/kubeconfig");
+    for (const std::string& a :
+         std::vector<std::string>{"--dra-plugins-registry", dir + "/registry", "--dra-plugin-dir",
+                                  dir + "/plugin", "--dra-checkpoint-dir", dir + "/state"})
+      args.push_back(a);
+  }
+  danqing::testing::ChildProcess daemon(args);
+  int prepared = 0;
+  if (dra) {
+    if (!dra_kubelet->WaitForRegistrations("gpu.danqing.io", 1, 10s) ||
+        !api->server->WaitForSlices(
+            [](const std::vector<json>& all) {
+              size_t n = 0;
+              for (const auto& sl : all) n += sl["spec"]["devices"].size();
+              return n == 28;
+            },
+            10s)) {
+      std::fprintf(stderr, "daemon did not register or publish: %s\n", daemon.Output().c_str());
+      return 1;
+    }
+    for (int c = 0; c < 200; ++c) {
+      const std::string gpu = c % 2 == 0 ? "gpu-3" : "gpu-7";  // the two whole GPUs
+      const json stored = api->server->PutClaim(
+          {{"metadata", {{"namespace", "art"}, {"name", "claim-" + std::to_string(c)}}},
+           {"status",
+            {{"allocation",
+              {{"devices",
+                {{"results",
+                  {{{"request", "gpu"},
+                    {"driver", "gpu.danqing.io"},
+                    {"pool", "node-a"},
+                    {"device", gpu}}}}}}}}}}});
+      const std::vector<danqing::testing::DraClaimRef> ref{
+          {"art", "claim-" + std::to_string(c), stored["metadata"]["uid"].get<std::string>()}};
+      k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse p;
+      if (dra_kubelet->Prepare("gpu.danqing.io", ref, &p).ok() &&
+          p.claims().at(ref[0].uid).error().empty())
+        ++prepared;
+      k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse u;
+      (void)dra_kubelet->Unprepare("gpu.danqing.io", ref, &u);
+    }
+    if (prepared != 200) {
+      std::fprintf(stderr, "only %d of 200 claims prepared: %s\n", prepared,
+                   daemon.Output().c_str());
+      return 1;
+    }
+  }
   const std::string some_resource = mig.front().second;
-  if (!kubelet.WaitForRegistration(some_resource, 10s)) {
+  if (!dra && !kubelet.WaitForRegistration(some_resource, 10s)) {
     std::fprintf(stderr, "daemon did not register: %s\n", daemon.Output().c_str());
     return 1;
   }
@@ -134,8 +222,9 @@ int main(int argc, char** argv) {
 
   httplib::Client http("127.0.0.1", port);
   http.set_read_timeout(5, 0);
-  // Attribution must be on, or the figure would be of a lighter exporter.
-  bool attributed = false;
+  // Attribution must be on, or the figure would be of a lighter exporter
+  // (dra mode: the pods hold device-plugin resources the agent does not serve).
+  bool attributed = dra;
   for (int i = 0; i < 50 && !attributed; ++i) {
     auto r = http.Get("/metrics");
     attributed = r && r->status == 200 && r->body.find("pod=\"render-199\"") != std::string::npos;
@@ -174,9 +263,19 @@ int main(int argc, char** argv) {
   danqing::soak::KeepPeak(peak, last);
   const long anon = SmapsField(daemon.pid(), "Anonymous");
   const long rss = SmapsField(daemon.pid(), "Rss");
-  std::printf("agent with metrics on: 8 GPUs (16 MIG devices, migStrategy mixed), 200 pods, %d scrapes in %d s "
-              "(%d failed, last %zu bytes)\n",
-              scrapes, seconds, failures, bytes);
+  if (dra) {
+    std::printf(
+        "agent in dra mode with metrics on: 8 GPUs (28 DRA devices published to the API server "
+        "emulator), "
+        "%d claims prepared and unprepared, %d scrapes in %d s (%d failed, last %zu bytes)\n",
+        prepared, scrapes, seconds, failures, bytes);
+  } else {
+    std::printf(
+        "agent with metrics on: 8 GPUs (16 MIG devices, migStrategy mixed), 200 pods, %d scrapes "
+        "in %d s "
+        "(%d failed, last %zu bytes)\n",
+        scrapes, seconds, failures, bytes);
+  }
   std::printf("  RSS start / peak / end: %.1f / %.1f / %.1f MiB; at the end %.1f MiB anonymous, %.1f MiB pages of "
               "the binary and its libraries; %d threads\n",
               static_cast<double>(start.rss_kib) / 1024, static_cast<double>(peak.rss_kib) / 1024,
@@ -186,6 +285,8 @@ int main(int argc, char** argv) {
   daemon.Wait(10'000);
   pod_resources.Stop();
   kubelet.Stop();
+  if (dra_kubelet) dra_kubelet->Stop();
+  api.reset();
   std::filesystem::remove_all(dir);
   return failures == 0 ? 0 : 1;
 }

@@ -1,11 +1,13 @@
-// DRA prepare figures for issue 25, measured from the kubelet's side: the DRA
-// kubelet emulator calls NodePrepareResources / NodeUnprepareResources (v1)
-// over the plugin's real unix socket, one 1-GPU claim per call; the claim's
-// allocation comes from the in-memory ClaimSource (the API server's claim GET
-// is NOT included). Each new prepare writes the claim's CDI spec and the
-// checkpoint (both fsync'd and renamed), as in production.
-// Rows: new prepare, repeated prepare (idempotent answer), unprepare: p50,
-// p99, max over `iterations` claims.
+// DRA prepare figures for issue 25, through the wired agent: the real
+// agent::Agent in dra mode (fake NVML, a100-8x-nvswitch: 8 GPUs) with its
+// API client made from a kubeconfig (agent::ApiClientFor, as main makes it),
+// claims read through that client from the API server emulator (HTTPS on
+// loopback), and the DRA kubelet emulator calling NodePrepareResources /
+// NodeUnprepareResources (v1) over the plugin's unix socket, one 1-GPU claim
+// per call. The claim GET is included. Each new prepare writes the claim's
+// CDI spec and the checkpoint (both fsync'd and renamed), as in production.
+// Rows: new prepare (claim GET included), repeated prepare (idempotent
+// answer, no GET), unprepare: p50, p99, max over `iterations` claims.
 // Usage: dra_prepare_bench [iterations] [state-dir]
 //   state-dir: where the checkpoint and CDI specs go (default a fresh
 //   directory under /tmp); put it on the disk under test.
@@ -16,18 +18,21 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
-#include "dra/node_plugin.h"
-#include "testing/dra/fake_claim_source.h"
+#include "agent/agent.h"
+#include "config/config.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
+#include "testing/support/fake_node.h"
+#include "tests/dra/slice_fixtures.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-namespace dra = danqing::dra;
+using nlohmann::json;
 namespace drav1 = k8s::io::kubelet::pkg::apis::dra::v1;
 
 double Us(Clock::duration d) {
@@ -39,7 +44,7 @@ void Print(const char* what, std::vector<double> v) {
   auto at = [&](double q) {
     return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
   };
-  std::printf("%-22s n=%zu  p50 %8.0f us  p99 %8.0f us  max %8.0f us\n", what, v.size(), at(0.50),
+  std::printf("%-30s n=%zu  p50 %8.0f us  p99 %8.0f us  max %8.0f us\n", what, v.size(), at(0.50),
               at(0.99), v.back());
 }
 
@@ -52,49 +57,71 @@ int main(int argc, char** argv) {
   const std::string sockets = "/tmp/dqbench-dra-sock-" + std::to_string(getpid());
   std::filesystem::remove_all(base);
   std::filesystem::remove_all(sockets);
+  std::filesystem::create_directories(base);
+  std::filesystem::create_directories(sockets);
   spdlog::set_level(spdlog::level::warn);
 
-  danqing::testing::FakeClaimSource source;
-  dra::PreparerOptions po;
-  po.checkpoint_dir = base + "/state";
-  po.cdi.cdi_root = base + "/cdi";
-  dra::ClaimPreparer preparer(po, &source, nullptr);
-  auto table = std::make_shared<dra::DeviceTable>();
-  table->pool = "node-a";
-  for (int i = 0; i < 8; ++i) {
-    dra::NodeDevice d;
-    d.name = "gpu-" + std::to_string(i);
-    d.device.id = d.device.device_uuid = d.device.gpu_uuid = "GPU-" + std::to_string(i);
-    d.device.minor = static_cast<uint32_t>(i);
-    table->devices[d.name] = d;
-  }
-  preparer.SetDevices(table);
-  dra::NodePluginOptions no;
-  no.registry_dir = sockets + "/registry";
-  no.plugin_dir = sockets + "/plugin";
-  dra::NodePlugin plugin(no, &preparer);
-  if (auto st = plugin.Start(); !st.ok()) {
-    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+  danqing::testing::FakeNode node("a100-8x-nvswitch");
+  danqing::testing::ApiFixture api(sockets);
+  if (!api.error.empty()) {
+    std::fprintf(stderr, "API server emulator: %s\n", api.error.c_str());
     return 1;
   }
-  danqing::testing::DraKubeletEmulator kubelet({no.registry_dir, {"v1.DRAPlugin"}, 10'000ms});
-  if (!kubelet.Start() || !kubelet.WaitForRegistrations("gpu.danqing.io", 1, 10s)) {
+  std::ofstream(sockets + "/kubeconfig")
+      << "apiVersion: v1\nkind: Config\nclusters:\n- name: emu\n  cluster:\n    server: "
+      << api.server->url() << "\n    certificate-authority: " << api.pki.ca_cert
+      << "\nusers:\n- name: agent\n  user:\n    token: test-token\ncontexts:\n- name: emu\n"
+         "  context:\n    cluster: emu\n    user: agent\ncurrent-context: emu\n";
+
+  auto parsed = danqing::config::ParseConfig("version: v1\n", "bench.yaml");
+  danqing::config::Config cfg = *parsed;
+  cfg.danqing.device_plugin_path = sockets + "/dp";
+  cfg.danqing.cdi_root = base + "/cdi";
+  cfg.danqing.nvml_lib = danqing::testing::FakeNvmlLibrary();
+  cfg.danqing.node_features_file = "";
+  cfg.danqing.metrics_addr = "";
+  cfg.danqing.mode = "dra";
+  cfg.danqing.node_name = "node-a";
+  cfg.danqing.dra_plugins_registry = sockets + "/registry";
+  cfg.danqing.dra_plugin_dir = sockets + "/plugin";
+  cfg.danqing.dra_checkpoint_dir = base + "/state";
+  cfg.danqing.kubeconfig = sockets + "/kubeconfig";
+  auto client = danqing::agent::ApiClientFor(cfg);
+  if (!client.ok() || !*client) {
+    std::fprintf(stderr, "API client: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  danqing::agent::Agent agent(danqing::agent::NvmlBackendFactory(), nullptr,
+                              danqing::agent::ApiClaimSourceFactory(**client),
+                              danqing::agent::ApiLink{.client = client->get()});
+  danqing::testing::DraKubeletEmulator kubelet(
+      {cfg.danqing.dra_plugins_registry, {"v1.DRAPlugin"}, 10'000ms});
+  if (!kubelet.Start()) return 1;
+  if (auto st = agent.Start(cfg); !st.ok()) {
+    std::fprintf(stderr, "agent: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  if (!kubelet.WaitForRegistrations("gpu.danqing.io", 1, 10s)) {
     std::fprintf(stderr, "the plugin did not register\n");
     return 1;
   }
+  std::vector<std::string> uids;
   for (int i = 0; i < iterations; ++i) {
-    dra::ClaimAllocation a;
-    a.ns = "bench";
-    a.name = "c" + std::to_string(i);
-    a.uid = "uid-" + std::to_string(i);
-    a.devices.push_back(
-        {"gpu", "gpu.danqing.io", "node-a", "gpu-" + std::to_string(i % 8), std::nullopt});
-    source.Put(a);
+    json claim = {{"metadata", {{"namespace", "bench"}, {"name", "c" + std::to_string(i)}}},
+                  {"status",
+                   {{"allocation",
+                     {{"devices",
+                       {{"results",
+                         {{{"request", "gpu"},
+                           {"driver", "gpu.danqing.io"},
+                           {"pool", "node-a"},
+                           {"device", "gpu-" + std::to_string(i % 8)}}}}}}}}}}};
+    uids.push_back(api.server->PutClaim(claim)["metadata"]["uid"]);
   }
   std::vector<double> prepare, repeat, unprepare;
   for (int i = 0; i < iterations; ++i) {
     const std::vector<danqing::testing::DraClaimRef> claim{
-        {"bench", "c" + std::to_string(i), "uid-" + std::to_string(i)}};
+        {"bench", "c" + std::to_string(i), uids[static_cast<size_t>(i)]}};
     drav1::NodePrepareResourcesResponse p;
     auto t0 = Clock::now();
     auto s = kubelet.Prepare("gpu.danqing.io", claim, &p);
@@ -112,16 +139,17 @@ int main(int argc, char** argv) {
     (void)kubelet.Unprepare("gpu.danqing.io", claim, &u);
     unprepare.push_back(Us(Clock::now() - t0));
   }
+  const uint64_t gets = api.server->Counts()["GET resourceclaims"];
   std::printf(
-      "DRA node plugin, 1-GPU claims over the kubelet emulator (claim GET not included), state in "
-      "%s\n",
-      base.c_str());
-  Print("prepare (new)", prepare);
+      "DRA agent (dra mode, 8 GPUs), 1-GPU claims over the kubelet emulator, claims read from "
+      "the API server emulator (%llu claim GETs), state in %s\n",
+      static_cast<unsigned long long>(gets), base.c_str());
+  Print("prepare (new, claim GET)", prepare);
   Print("prepare (repeat)", repeat);
   Print("unprepare", unprepare);
   kubelet.Stop();
-  plugin.Stop();
+  agent.Stop();
   std::filesystem::remove_all(base);
   std::filesystem::remove_all(sockets);
-  return 0;
+  return gets == static_cast<uint64_t>(iterations) ? 0 : 1;
 }

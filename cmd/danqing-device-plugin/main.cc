@@ -145,7 +145,14 @@ int Serve(const danqing::config::CommandLine& cl, danqing::config::Config cfg) {
   // File changes and MIG re-partitions arrive as SIGHUP, so every reload
   // goes through this one loop.
   auto raise_reload = [] { ::kill(::getpid(), SIGHUP); };
-  danqing::agent::Agent agent(danqing::agent::NvmlBackendFactory(), raise_reload);
+  // DRA modes: the API server (--kubeconfig, or the pod's service account)
+  // where claims are read and this node's ResourceSlices published.
+  auto api = danqing::agent::ApiClientFor(cfg);
+  if (!api.ok()) return Fail(api.status());
+  danqing::agent::Agent agent(danqing::agent::NvmlBackendFactory(), raise_reload,
+                              *api ? danqing::agent::ApiClaimSourceFactory(**api)
+                                   : danqing::agent::DefaultClaimSourceFactory(),
+                              danqing::agent::ApiLink{.client = api->get()});
   if (auto st = agent.Start(cfg); !st.ok()) return Fail(st);
   danqing::FileWatcher config_watcher;
   const auto resolve = [&cl] { return danqing::config::Resolve(cl, danqing::config::ProcessEnvironment()); };

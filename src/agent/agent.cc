@@ -9,9 +9,11 @@
 #include "agent/labels.h"
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"
+#include "dra/claim_reader.h"
 #include "dra/file_claim_source.h"
 #include "dra/time_slicer.h"
 #include "gpu/nvml_backend.h"
+#include "kube/config.h"
 #include "metrics/agent_metrics.h"
 
 namespace danqing::agent {
@@ -121,6 +123,44 @@ ClaimSourceFactory DefaultClaimSourceFactory() {
         "no source of ResourceClaims: this build reads claims only from danqing.draClaimsFile, "
         "which is not set");
   };
+}
+
+ClaimSourceFactory ApiClaimSourceFactory(kube::Client& client) {
+  return [&client](const config::Config& cfg) -> std::unique_ptr<dra::ClaimSource> {
+    return std::make_unique<dra::ClaimReader>(client, cfg.danqing.dra_driver_name);
+  };
+}
+
+Result<std::unique_ptr<kube::Client>> ApiClientFor(const config::Config& cfg) {
+  if (cfg.danqing.mode == "device-plugin") return std::unique_ptr<kube::Client>();
+  const bool in_pod = std::getenv("KUBERNETES_SERVICE_HOST") != nullptr;
+  if (cfg.danqing.kubeconfig.empty() && !in_pod) {
+    spdlog::warn(
+        "agent: no API server (no --kubeconfig, not in a pod): ResourceSlices are not published{}",
+        cfg.danqing.dra_claims_file.empty() ? " and claims cannot be read"
+                                            : "; claims are read from danqing.draClaimsFile");
+    return std::unique_ptr<kube::Client>();
+  }
+  auto kc = cfg.danqing.kubeconfig.empty() ? kube::InClusterConfig()
+                                           : kube::LoadKubeconfig(cfg.danqing.kubeconfig);
+  if (!kc.ok()) {
+    return kc.status().WithContext(cfg.danqing.kubeconfig.empty() ? "in-cluster API access"
+                                                                  : "danqing.kubeconfig");
+  }
+  auto client = kube::Client::Create(std::move(kc).value());
+  if (!client.ok()) return client.status().WithContext("API client");
+  spdlog::info("agent: DRA API server {}", (*client)->config().server);
+  return std::move(client).value();
+}
+
+dra::PublisherOptions PublisherOptionsFrom(const config::Config& cfg, const ApiLink& api) {
+  dra::PublisherOptions o;
+  o.slices.driver = cfg.danqing.dra_driver_name;
+  o.slices.node_name = cfg.danqing.node_name;
+  o.slices.sysfs_root = cfg.danqing.sysfs_root;
+  o.min_backoff = api.min_backoff;
+  o.max_backoff = api.max_backoff;
+  return o;
 }
 
 Result<std::vector<std::string>> DraGpuUuids(const config::Config& cfg,
@@ -251,10 +291,11 @@ std::vector<std::string> KeepUnreadableGpus(const gpu::NodeInventory& previous,
 }
 
 Agent::Agent(BackendFactory factory, std::function<void()> request_reload,
-             ClaimSourceFactory claim_sources)
+             ClaimSourceFactory claim_sources, ApiLink api)
     : factory_(std::move(factory)),
       request_reload_(std::move(request_reload)),
-      claim_sources_(std::move(claim_sources)) {}
+      claim_sources_(std::move(claim_sources)),
+      api_(api) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -306,15 +347,26 @@ void Agent::Publish(const std::map<std::string, std::string>& unhealthy) {
   if (manager_ && base_) manager_->Update(deviceplugin::WithHealth(*base_, unhealthy_));
   if (dra_preparer_ && dra_base_)
     dra_preparer_->SetDevices(dra::WithHealth(*dra_base_, unhealthy_));
+  if (publisher_) publisher_->SetConditions(dra::ConditionsFromUnhealthy(unhealthy_, dra_policy_));
 }
 
 void Agent::SetDraBase(const gpu::NodeInventory& inventory,
-                       const std::vector<std::string>& dra_gpus) {
+                       const std::vector<std::string>& dra_gpus, bool discovered) {
   std::lock_guard lock(publish_mu_);
   dra_base_ = std::make_shared<const dra::DeviceTable>(
       dra_gpus.empty() ? dra::DeviceTable{cfg_.danqing.node_name, {}, inventory.driver_version}
                        : dra::BuildDeviceTable(inventory, cfg_.danqing.node_name, dra_gpus));
   if (dra_preparer_) dra_preparer_->SetDevices(dra::WithHealth(*dra_base_, unhealthy_));
+  if (publisher_ && discovered) {
+    // The slices hold the DRA GPUs only (split: the device plugin's stay off them).
+    std::vector<std::string> others;
+    for (const auto& g : inventory.gpus) {
+      if (std::find(dra_gpus.begin(), dra_gpus.end(), g.uuid) == dra_gpus.end())
+        others.push_back(g.uuid);
+    }
+    publisher_->Update(others.empty() ? inventory : WithoutGpus(inventory, others),
+                       dra::ConditionsFromUnhealthy(unhealthy_, dra_policy_));
+  }
 }
 
 Status Agent::StartDra(const config::Config& cfg, const Built* built) {
@@ -342,8 +394,15 @@ Status Agent::StartDra(const config::Config& cfg, const Built* built) {
     dra_preparer_ =
         std::make_unique<dra::ClaimPreparer>(popts, claim_source_.get(), time_slicer_.get());
   }
+  if (api_.client != nullptr) {
+    std::lock_guard plock(publish_mu_);
+    publisher_ = std::make_unique<dra::Publisher>(*api_.client, PublisherOptionsFrom(cfg, api_));
+  }
   SetDraBase(built ? built->inventory : gpu::NodeInventory{},
-             built ? built->dra_gpus : std::vector<std::string>{});
+             built ? built->dra_gpus : std::vector<std::string>{}, built != nullptr);
+  if (publisher_) {
+    if (Status st = publisher_->Start(); !st.ok()) return st;
+  }
   dra_plugin_ = std::make_unique<dra::NodePlugin>(NodePluginOptionsFrom(cfg), dra_preparer_.get());
   return dra_plugin_->Start();
 }
@@ -360,6 +419,10 @@ Status Agent::StartChecker(const config::Config& cfg, const gpu::NodeInventory& 
   if (!opts.ok()) return opts.status();
   if (auto running = TakeChecker()) retired = std::move(running);
   checker_options_ = *opts;
+  {
+    std::lock_guard plock(publish_mu_);
+    dra_policy_ = opts->monitor.policy;
+  }
   auto checker = std::make_unique<health::Checker>(
       *backend_, std::move(opts).value(),
       [this](const std::map<std::string, std::string>& unhealthy) { Publish(unhealthy); },
@@ -483,6 +546,11 @@ Status Agent::Reload(const config::Config& cfg) {
         "draPluginDir, draCheckpointDir, draClaimsFile and nodeName change only with a restart of "
         "the agent");
   }
+  if (cfg.danqing.kubeconfig != cfg_.danqing.kubeconfig) {
+    return FailedPrecondition(
+        "reload kept the running configuration: danqing.kubeconfig changes only with a restart "
+        "of the agent");
+  }
   // The running backend rediscovers; only a changed NVML library path (or a
   // start without any) needs a new one, which replaces the running one once
   // the new configuration built.
@@ -556,6 +624,8 @@ void Agent::Stop() {
     checker_.reset();
   }
   if (dra_plugin_) dra_plugin_->Stop();
+  // The slices stay: a restarted agent with the same GPUs adopts them.
+  if (publisher_) publisher_->Stop();
   std::lock_guard plock(publish_mu_);
   if (manager_) manager_->Stop();
 }

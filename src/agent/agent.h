@@ -6,12 +6,19 @@
 // sensors; every change is published as the same resources with devices
 // marked unhealthy (deviceplugin::WithHealth), so ListAndWatch carries it.
 //
+// DRA (dra and split modes): the node plugin prepares claims read from a
+// ClaimSource; with an API server (ApiLink) the DRA GPUs are published as
+// this node's ResourceSlices (dra::Publisher): a new pool generation on
+// every inventory change (reload, MIG re-partition, a GPU lost or back), and
+// the health conditions as device taints, removed when the device recovers.
+//
 // Thread-safety: Start/Reload/Stop from one thread (main's signal loop); the
 // health checker and the init-retry thread publish concurrently, under the
 // agent's locks. Accessors may be called from any thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -26,8 +33,10 @@
 #include "dra/claims.h"
 #include "dra/node_devices.h"
 #include "dra/node_plugin.h"
+#include "dra/publisher.h"
 #include "gpu/backend.h"
 #include "health/checker.h"
+#include "kube/client.h"
 #include "metrics/exporter.h"
 
 namespace danqing::agent {
@@ -66,6 +75,26 @@ std::vector<std::string> KeepUnreadableGpus(const gpu::NodeInventory& previous,
 // client's claim reader here once it exists.
 using ClaimSourceFactory = std::function<std::unique_ptr<dra::ClaimSource>(const config::Config&)>;
 ClaimSourceFactory DefaultClaimSourceFactory();
+// Claims read from the API server through `client` (dra::ClaimReader for
+// danqing.draDriverName); `client` must outlive the agent.
+ClaimSourceFactory ApiClaimSourceFactory(kube::Client& client);
+
+// The API client of the DRA side: null in device-plugin mode, or when no API
+// server is configured (no danqing.kubeconfig and not in a pod: no
+// KUBERNETES_SERVICE_HOST). Errors: INVALID_ARGUMENT for an unreadable or
+// malformed kubeconfig, FAILED_PRECONDITION for an incomplete in-cluster
+// service account (each naming what is wrong).
+Result<std::unique_ptr<kube::Client>> ApiClientFor(const config::Config& cfg);
+
+// Where the DRA side publishes ResourceSlices. No client: nothing published.
+struct ApiLink {
+  kube::Client* client = nullptr;  // must outlive the agent
+  // The publisher's retry backoff (dra::PublisherOptions).
+  std::chrono::milliseconds min_backoff{200};
+  std::chrono::milliseconds max_backoff{30000};
+};
+// The publisher's options from the configuration (driver, pool, sysfs root).
+dra::PublisherOptions PublisherOptionsFrom(const config::Config& cfg, const ApiLink& api);
 
 // The UUIDs of the GPUs of `inventory` that danqing.mode serves through DRA:
 // none (device-plugin), all (dra), those danqing.draGpus names by UUID or
@@ -84,9 +113,10 @@ class Agent {
   // `request_reload`, when set, is called (from the agent's event thread)
   // when NVML reports a MIG re-partition, so the owner re-runs Reload();
   // without it MIG changes are picked up on the next explicit reload.
+  // `api`: where the DRA side publishes its ResourceSlices (none by default).
   explicit Agent(BackendFactory factory = NvmlBackendFactory(),
                  std::function<void()> request_reload = {},
-                 ClaimSourceFactory claim_sources = DefaultClaimSourceFactory());
+                 ClaimSourceFactory claim_sources = DefaultClaimSourceFactory(), ApiLink api = {});
   ~Agent();
 
   // Discovers GPUs and serves their resources. With failOnInitError (the
@@ -107,6 +137,8 @@ class Agent {
   // The DRA side; null in device-plugin mode.
   const dra::NodePlugin* dra_plugin() const { return dra_plugin_.get(); }
   const dra::ClaimPreparer* dra_preparer() const { return dra_preparer_.get(); }
+  // The ResourceSlice publisher; null without an API server or in device-plugin mode.
+  const dra::Publisher* dra_publisher() const { return publisher_.get(); }
 
   // The health of every tracked device (empty while no GPU is served).
   std::vector<health::DeviceHealth> Health() const;
@@ -125,8 +157,10 @@ class Agent {
   };
   // Starts the DRA side over `built` (state_mu_ held).
   Status StartDra(const config::Config& cfg, const Built* built);
-  // Replaces the DRA side's devices and republishes (takes publish_mu_).
-  void SetDraBase(const gpu::NodeInventory& inventory, const std::vector<std::string>& dra_gpus);
+  // Replaces the DRA side's devices and republishes (takes publish_mu_);
+  // `discovered` false (no GPU discovered yet): the slices are left as they are.
+  void SetDraBase(const gpu::NodeInventory& inventory, const std::vector<std::string>& dra_gpus,
+                  bool discovered = true);
   // Discovers through `backend` (created from the factory when null).
   // `previous`, when given, is the inventory being replaced: GPUs it had that
   // this discovery cannot read are kept (KeepUnreadableGpus).
@@ -173,6 +207,9 @@ class Agent {
   std::unique_ptr<dra::ClaimPreparer> dra_preparer_;
   std::unique_ptr<dra::NodePlugin> dra_plugin_;
   std::shared_ptr<const dra::DeviceTable> dra_base_;
+  ApiLink api_;
+  std::unique_ptr<dra::Publisher> publisher_;  // with an API server
+  health::XidPolicy dra_policy_;               // which conditions need a reset (NoExecute taints)
 
   // Guards backend_, inventory_ and checker_ (the pointers) for readers on
   // other threads (the metrics collector, accessors); writers also hold

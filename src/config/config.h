@@ -213,10 +213,14 @@ struct DanqingSettings {
   std::string dra_plugins_registry = "/var/lib/kubelet/plugins_registry";  // draPluginsRegistry
   std::string dra_plugin_dir;  // draPluginDir; empty = /var/lib/kubelet/plugins/<draDriverName>
   std::string dra_checkpoint_dir = "/var/lib/kubelet/plugins/gpu.danqing.io";  // draCheckpointDir
-  // draClaimsFile: until the API client is wired, claims are read from this
-  // file (`kubectl get resourceclaims -A -o json`); empty = every prepare
-  // fails with "no source of claims".
+  // draClaimsFile: where no API server is configured, claims are read from
+  // this file (`kubectl get resourceclaims -A -o json`); empty = every
+  // prepare fails with "no source of claims".
   std::string dra_claims_file;
+  // kubeconfig (KUBECONFIG): the API server of the DRA side (ResourceSlices
+  // published, ResourceClaims read) out of cluster; empty = the pod's
+  // service account when in a pod (KUBERNETES_SERVICE_HOST set), else none.
+  std::string kubeconfig;
   std::string node_name;  // nodeName (NODE_NAME): the DRA pool name; required in dra/split
 
   bool operator==(const DanqingSettings&) const = default;
@@ -317,6 +321,7 @@ struct CommandLine {
   std::optional<std::string> dra_checkpoint_dir;     // --dra-checkpoint-dir
   std::optional<std::string> dra_claims_file;        // --dra-claims-file
   std::optional<std::string> node_name;              // --node-name
+  std::optional<std::string> kubeconfig;             // --kubeconfig
 };
 
 // How a flag takes its value, for registering it with a flag parser.

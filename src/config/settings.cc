@@ -538,7 +538,8 @@ std::vector<Setting> BuildTable() {
        .flag = "dra-claims-file",
        .env = "DANQING_DRA_CLAIMS_FILE",
        .command_line = &CL::dra_claims_file,
-       .help = "Until the API client is wired: a ResourceClaim list (JSON) to read claims from",
+       .help = "Without an API server (no --kubeconfig, not in a pod): a ResourceClaim list "
+               "(JSON) to read claims from",
        .binding = StringField{[](Config& c) -> std::string& { return c.danqing.dra_claims_file; }},
        .nvidia = false},
       {.path = "danqing.nodeName",
@@ -547,6 +548,14 @@ std::vector<Setting> BuildTable() {
        .command_line = &CL::node_name,
        .help = "This node's name: the DRA pool name (from the downward API)",
        .binding = StringField{[](Config& c) -> std::string& { return c.danqing.node_name; }},
+       .nvidia = false},
+      {.path = "danqing.kubeconfig",
+       .flag = "kubeconfig",
+       .env = "KUBECONFIG",
+       .command_line = &CL::kubeconfig,
+       .help = "DRA modes out of cluster: the kubeconfig of the API server to publish "
+               "ResourceSlices to and read ResourceClaims from (in a pod: the service account)",
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.kubeconfig; }},
        .nvidia = false},
   };
 }

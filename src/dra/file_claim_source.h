@@ -1,7 +1,8 @@
-// ClaimSources the agent can use before the API client is wired in:
+// ClaimSources the agent uses where no API server is configured:
 //   FileClaimSource   reads a ResourceClaim list (JSON, as
 //                     `kubectl get resourceclaims -A -o json` prints it, or a
-//                     single ResourceClaim) afresh at every Get;
+//                     single ResourceClaim) afresh at every Get, parsed with
+//                     ParseClaim (claims.h) as the API server's answers are;
 //   NoClaimSource     fails every Get with UNAVAILABLE saying why: the node
 //                     plugin still serves (registration, unprepare of
 //                     checkpointed claims, health), and no prepare is faked.
@@ -9,19 +10,11 @@
 // Thread-safety: Get may be called from several threads (no shared state).
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "dra/claims.h"
 
 namespace danqing::dra {
-
-// The allocation of one ResourceClaim object (resource.k8s.io/v1 JSON):
-// metadata.{namespace,name,uid}; status.allocation.devices.results[]
-// {request, driver, pool, device, shareID}; .config[]{requests, opaque{driver,
-// parameters}}. INVALID_ARGUMENT naming the field when a field is missing or
-// of the wrong type; FAILED_PRECONDITION when the claim is not allocated.
-Result<ClaimAllocation> ClaimAllocationFromJson(const nlohmann::json& claim);
 
 class FileClaimSource : public ClaimSource {
  public:

@@ -1,6 +1,7 @@
 #include "dra/node_devices.h"
 
 #include <algorithm>
+#include <cctype>
 
 namespace danqing::dra {
 
@@ -14,8 +15,22 @@ std::string DeviceNameFor(const gpu::Gpu& gpu) {
 }
 
 std::string DeviceNameFor(const gpu::Gpu& gpu, const gpu::MigDevice& mig) {
-  return DeviceNameFor(gpu) + "-mig-" + std::to_string(mig.gpu_instance_id) + "-" +
-         std::to_string(mig.compute_instance_id);
+  std::string profile;
+  for (const char c : mig.profile) {
+    const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9')) {
+      profile.push_back(l);
+    } else if (l == '+' || l == '-') {
+      profile.push_back('-');
+    }  // '.' and anything else dropped
+  }
+  if (profile.empty()) profile = "unknown";
+  std::string name = DeviceNameFor(gpu) + "-mig-" + profile + "-" +
+                     std::to_string(mig.gpu_instance_id) + "-" +
+                     std::to_string(mig.compute_instance_id);
+  if (name.size() > 63) name.resize(63);
+  while (!name.empty() && name.back() == '-') name.pop_back();
+  return name;
 }
 
 DeviceTable BuildDeviceTable(const gpu::NodeInventory& inventory, const std::string& pool,
@@ -64,7 +79,9 @@ std::shared_ptr<const DeviceTable> WithHealth(const DeviceTable& table,
                                               const std::map<std::string, std::string>& unhealthy) {
   auto out = std::make_shared<DeviceTable>(table);
   for (auto& [name, d] : out->devices) {
+    // The GPU's condition reaches each device on it; a MIG device may have its own.
     auto it = unhealthy.find(d.device.gpu_uuid);
+    if (it == unhealthy.end()) it = unhealthy.find(d.device.device_uuid);
     d.device.healthy = it == unhealthy.end();
     d.device.unhealthy_reason = d.device.healthy ? std::string() : it->second;
   }

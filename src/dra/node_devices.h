@@ -3,10 +3,14 @@
 // what it gives access to (the device plugin's Device: UUID, minor, MIG
 // instance IDs, for the CDI device nodes) and its health.
 //
-// Names, as the ResourceSlices must publish them (one function for both
-// sides, DeviceNameFor):
-//   whole GPU    gpu-<index>                 e.g. gpu-0
-//   MIG device   gpu-<index>-mig-<gi>-<ci>   e.g. gpu-0-mig-7-0
+// Names: DeviceNameFor is the one naming function of the driver, used by
+// the node plugin (this table) and by the ResourceSlices (slices.h), so a
+// claim allocated from a published slice names a device the node knows.
+// DNS labels that stay the same across restarts:
+//   whole GPU    gpu-<index>                          e.g. gpu-0
+//   MIG device   gpu-<index>-mig-<profile>-<gi>-<ci>  e.g. gpu-0-mig-1g10gb-9-0
+//                (the profile lower-cased, '.' dropped, '+' made '-';
+//                cut to 63 characters)
 // The pool is the node's name.
 //
 // Thread-safety: values; a DeviceTable is immutable once built and shared
@@ -37,7 +41,7 @@ struct DeviceTable {
   const NodeDevice* Find(const std::string& name) const;
 };
 
-// The pool name of `gpu` or, for a MIG device, of `mig` on it.
+// The device name of `gpu` or, for a MIG device, of `mig` on it (see above).
 std::string DeviceNameFor(const gpu::Gpu& gpu);
 std::string DeviceNameFor(const gpu::Gpu& gpu, const gpu::MigDevice& mig);
 
@@ -48,7 +52,8 @@ DeviceTable BuildDeviceTable(const gpu::NodeInventory& inventory, const std::str
                              const std::vector<std::string>& serve = {});
 
 // A copy of `table` where every device on one of `unhealthy` GPUs (GPU
-// UUID → reason) is unhealthy with that reason, all others healthy.
+// UUID → reason), and every MIG device named there by its own UUID, is
+// unhealthy with that reason, all others healthy.
 std::shared_ptr<const DeviceTable> WithHealth(const DeviceTable& table,
                                               const std::map<std::string, std::string>& unhealthy);
 

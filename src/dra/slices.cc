@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "dra/node_devices.h"
+
 namespace danqing::dra {
 namespace {
 
@@ -130,28 +132,6 @@ DeviceConditions ConditionsFromUnhealthy(const std::map<std::string, std::string
     out[uuid] = std::move(c);
   }
   return out;
-}
-
-std::string GpuDeviceName(const gpu::Gpu& gpu) {
-  return "gpu-" + std::to_string(gpu.index);
-}
-
-std::string MigDeviceName(const gpu::Gpu& gpu, const gpu::MigDevice& mig) {
-  std::string profile;
-  for (const char c : Lower(mig.profile)) {
-    if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) {
-      profile.push_back(c);
-    } else if (c == '+' || c == '-') {
-      profile.push_back('-');
-    }  // '.' and anything else dropped
-  }
-  if (profile.empty()) profile = "unknown";
-  std::string name = GpuDeviceName(gpu) + "-mig-" + profile + "-" +
-                     std::to_string(mig.gpu_instance_id) + "-" +
-                     std::to_string(mig.compute_instance_id);
-  if (name.size() > 63) name = name.substr(0, 63);
-  while (!name.empty() && name.back() == '-') name.pop_back();
-  return name;
 }
 
 std::string SliceName(const SliceOptions& options, std::size_t index) {
@@ -288,7 +268,7 @@ std::vector<SliceDevice> BuildDevices(const gpu::NodeInventory& inventory,
       });
       for (const gpu::MigDevice* m : migs) {
         SliceDevice d;
-        d.name = MigDeviceName(*g, *m);
+        d.name = DeviceNameFor(*g, *m);
         d.uuid = m->uuid;
         d.gpu_uuid = g->uuid;
         d.attributes = Json::object();
@@ -312,7 +292,7 @@ std::vector<SliceDevice> BuildDevices(const gpu::NodeInventory& inventory,
       continue;
     }
     SliceDevice d;
-    d.name = GpuDeviceName(*g);
+    d.name = DeviceNameFor(*g);
     d.uuid = g->uuid;
     d.gpu_uuid = g->uuid;
     d.attributes = Json::object();

@@ -6,11 +6,11 @@
 // of each GPU from sysfs (injectable); the Publisher (publisher.h) writes
 // them to the API server.
 //
-// Devices, named as DNS labels that stay the same across restarts:
+// Devices, named by DeviceNameFor (node_devices.h, shared with the node
+// plugin) as DNS labels that stay the same across restarts:
 //   gpu-<index>                                 a GPU without MIG enabled
 //   gpu-<index>-mig-<profile>-<gi>-<ci>         an existing MIG device
-//                                               ("gpu-0-mig-1g10gb-9-0";
-//                                               '.' dropped, '+' made '-')
+//                                               ("gpu-0-mig-1g10gb-9-0")
 // A GPU with MIG enabled is published through its MIG devices only: the
 // whole GPU beside them could be allocated twice.
 //
@@ -113,9 +113,6 @@ struct SliceDevice {
   std::vector<Taint> taints;
 };
 
-// Device names.
-std::string GpuDeviceName(const gpu::Gpu& gpu);
-std::string MigDeviceName(const gpu::Gpu& gpu, const gpu::MigDevice& mig);
 // A slice's name: "<node>-<driver>-<index>" (a DNS subdomain).
 std::string SliceName(const SliceOptions& options, std::size_t index);
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/read_file.h"
+#include "kube/curl_api.h"
 
 namespace danqing::kube {
 namespace {
@@ -13,10 +14,20 @@ namespace {
 constexpr std::size_t kMaxTokenBytes = 64 << 10;
 constexpr std::size_t kMaxErrorBodyInMessage = 512;
 
+// libcurl, loaded by the first Client::Create (curl_api.h); every later use
+// is by a Client, made after it.
+const internal::CurlApi* g_curl = nullptr;
 std::once_flag g_curl_init;
 
-void InitCurl() {
-  std::call_once(g_curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+Status InitCurl() {
+  auto api = internal::LoadCurl();
+  if (!api.ok()) return api.status();
+  std::call_once(g_curl_init, [&] { g_curl = *api; });
+  return Status::Ok();
+}
+
+const internal::CurlApi& Curl() {
+  return *g_curl;
 }
 
 std::string PercentEncode(std::string_view s) {
@@ -57,7 +68,7 @@ ApiError Transport(CURLcode code, const char* errbuf, const std::string& verb,
     case CURLE_SSL_CIPHER: e.reason = "TLSError"; break;
     default: e.reason = "TransportError"; break;
   }
-  e.message = (errbuf != nullptr && errbuf[0] != '\0') ? errbuf : curl_easy_strerror(code);
+  e.message = (errbuf != nullptr && errbuf[0] != '\0') ? errbuf : Curl().easy_strerror(code);
   return e;
 }
 
@@ -164,7 +175,7 @@ std::string EncodeQuery(const Query& query) {
 struct Client::Handle {
   CURL* curl = nullptr;
   ~Handle() {
-    if (curl != nullptr) curl_easy_cleanup(curl);
+    if (curl != nullptr) Curl().easy_cleanup(curl);
   }
 };
 
@@ -173,7 +184,7 @@ Client::Client(Config config) : config_(std::move(config)) {}
 Client::~Client() = default;
 
 Result<std::unique_ptr<Client>> Client::Create(Config config) {
-  InitCurl();
+  if (Status st = InitCurl(); !st.ok()) return st;
   if (config.server.empty()) return InvalidArgument("kube client: no API server URL");
   while (!config.server.empty() && config.server.back() == '/') config.server.pop_back();
   auto c = std::unique_ptr<Client>(new Client(std::move(config)));
@@ -215,12 +226,12 @@ std::unique_ptr<Client::Handle> Client::TakeHandle() {
     if (!pool_.empty()) {
       auto h = std::move(pool_.back());
       pool_.pop_back();
-      curl_easy_reset(h->curl);  // options cleared; the connection is kept
+      Curl().easy_reset(h->curl);  // options cleared; the connection is kept
       return h;
     }
   }
   auto h = std::make_unique<Handle>();
-  h->curl = curl_easy_init();
+  h->curl = Curl().easy_init();
   return h;
 }
 
@@ -235,41 +246,41 @@ struct CommonSetup {
   curl_slist* headers = nullptr;
   std::string auth;
   ~CommonSetup() {
-    if (headers != nullptr) curl_slist_free_all(headers);
+    if (headers != nullptr) Curl().slist_free_all(headers);
   }
 };
 
 void SetTls(CURL* c, const Config& cfg, const std::string& ca_pem, const std::string& cert_pem,
             const std::string& key_pem) {
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(cfg.connect_timeout.count()));
-  curl_easy_setopt(c, CURLOPT_USERAGENT, cfg.user_agent.c_str());
-  curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+  Curl().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  Curl().easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
+  Curl().easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(cfg.connect_timeout.count()));
+  Curl().easy_setopt(c, CURLOPT_USERAGENT, cfg.user_agent.c_str());
+  Curl().easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
   if (cfg.insecure_skip_tls_verify) {
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    Curl().easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+    Curl().easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
   } else {
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    Curl().easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    Curl().easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
   }
   if (!ca_pem.empty()) {
     curl_blob blob{const_cast<char*>(ca_pem.data()), ca_pem.size(), CURL_BLOB_COPY};
-    curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
+    Curl().easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
   } else if (!cfg.ca_file.empty()) {
-    curl_easy_setopt(c, CURLOPT_CAINFO, cfg.ca_file.c_str());
+    Curl().easy_setopt(c, CURLOPT_CAINFO, cfg.ca_file.c_str());
   }
   if (!cert_pem.empty()) {
     curl_blob blob{const_cast<char*>(cert_pem.data()), cert_pem.size(), CURL_BLOB_COPY};
-    curl_easy_setopt(c, CURLOPT_SSLCERT_BLOB, &blob);
+    Curl().easy_setopt(c, CURLOPT_SSLCERT_BLOB, &blob);
   } else if (!cfg.client_cert_file.empty()) {
-    curl_easy_setopt(c, CURLOPT_SSLCERT, cfg.client_cert_file.c_str());
+    Curl().easy_setopt(c, CURLOPT_SSLCERT, cfg.client_cert_file.c_str());
   }
   if (!key_pem.empty()) {
     curl_blob blob{const_cast<char*>(key_pem.data()), key_pem.size(), CURL_BLOB_COPY};
-    curl_easy_setopt(c, CURLOPT_SSLKEY_BLOB, &blob);
+    Curl().easy_setopt(c, CURLOPT_SSLKEY_BLOB, &blob);
   } else if (!cfg.client_key_file.empty()) {
-    curl_easy_setopt(c, CURLOPT_SSLKEY, cfg.client_key_file.c_str());
+    Curl().easy_setopt(c, CURLOPT_SSLKEY, cfg.client_key_file.c_str());
   }
 }
 
@@ -298,41 +309,41 @@ Expected<Json> Client::Request(const char* verb, const std::string& path, const 
   CURL* c = h->curl;
   const std::string url = config_.server + path + EncodeQuery(query);
   SetTls(c, config_, ca_pem_, cert_pem_, key_pem_);
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
+  Curl().easy_setopt(c, CURLOPT_URL, url.c_str());
+  Curl().easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
   CommonSetup s;
-  s.headers = curl_slist_append(s.headers, "Accept: application/json");
+  s.headers = Curl().slist_append(s.headers, "Accept: application/json");
   if (!token->empty()) {
     s.auth = "Authorization: Bearer " + *token;
-    s.headers = curl_slist_append(s.headers, s.auth.c_str());
+    s.headers = Curl().slist_append(s.headers, s.auth.c_str());
   }
   std::string payload;
   if (body != nullptr) {
     payload = body->dump();
-    s.headers = curl_slist_append(s.headers, "Content-Type: application/json");
+    s.headers = Curl().slist_append(s.headers, "Content-Type: application/json");
     // No "Expect: 100-continue" (curl adds it to bodies over 1 KiB): one
     // round trip less per write; the body is small and always wanted.
-    s.headers = curl_slist_append(s.headers, "Expect:");
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload.data());
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(payload.size()));
+    s.headers = Curl().slist_append(s.headers, "Expect:");
+    Curl().easy_setopt(c, CURLOPT_POSTFIELDS, payload.data());
+    Curl().easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(payload.size()));
   }
   if (std::strcmp(verb, "GET") == 0) {
-    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    Curl().easy_setopt(c, CURLOPT_HTTPGET, 1L);
   } else {
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, verb);
+    Curl().easy_setopt(c, CURLOPT_CUSTOMREQUEST, verb);
   }
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, s.headers);
+  Curl().easy_setopt(c, CURLOPT_HTTPHEADER, s.headers);
   Body out;
   out.limit = config_.max_response_bytes;
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &WriteBody);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
+  Curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, &WriteBody);
+  Curl().easy_setopt(c, CURLOPT_WRITEDATA, &out);
   char errbuf[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+  Curl().easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
 
-  const CURLcode rc = curl_easy_perform(c);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, nullptr);
+  const CURLcode rc = Curl().easy_perform(c);
+  Curl().easy_setopt(c, CURLOPT_ERRORBUFFER, nullptr);
   long http = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+  Curl().easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
   if (rc != CURLE_OK) {
     ApiError e = Transport(rc, errbuf, verb, path);
     if (out.too_large) {
@@ -412,7 +423,7 @@ size_t WriteWatch(char* ptr, size_t size, size_t n, void* user) {
   auto* w = static_cast<WatchState*>(user);
   const size_t len = size * n;
   w->last_byte = std::chrono::steady_clock::now();
-  if (w->http == 0) curl_easy_getinfo(w->curl, CURLINFO_RESPONSE_CODE, &w->http);
+  if (w->http == 0) Curl().easy_getinfo(w->curl, CURLINFO_RESPONSE_CODE, &w->http);
   if (w->http < 200 || w->http > 299) {
     if (w->err_body.size() + len > w->limit) {
       w->too_large = true;
@@ -464,41 +475,41 @@ Expected<bool> Client::Watch(const std::string& path, Query query,
   query.insert(query.begin(), {"watch", "1"});
   const std::string url = config_.server + path + EncodeQuery(query);
 
-  CURL* c = curl_easy_init();
-  CURLM* m = curl_multi_init();
+  CURL* c = Curl().easy_init();
+  CURLM* m = Curl().multi_init();
   if (c == nullptr || m == nullptr) {
-    if (c != nullptr) curl_easy_cleanup(c);
-    if (m != nullptr) curl_multi_cleanup(m);
+    if (c != nullptr) Curl().easy_cleanup(c);
+    if (m != nullptr) Curl().multi_cleanup(m);
     return fail("TransportError", "curl init failed");
   }
   SetTls(c, config_, ca_pem_, cert_pem_, key_pem_);
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  Curl().easy_setopt(c, CURLOPT_URL, url.c_str());
   CommonSetup s;
-  s.headers = curl_slist_append(s.headers, "Accept: application/json");
+  s.headers = Curl().slist_append(s.headers, "Accept: application/json");
   if (!token->empty()) {
     s.auth = "Authorization: Bearer " + *token;
-    s.headers = curl_slist_append(s.headers, s.auth.c_str());
+    s.headers = Curl().slist_append(s.headers, s.auth.c_str());
   }
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, s.headers);
+  Curl().easy_setopt(c, CURLOPT_HTTPHEADER, s.headers);
   WatchState w;
   w.curl = c;
   w.on_event = &on_event;
   w.limit = config_.max_response_bytes;
   w.last_byte = std::chrono::steady_clock::now();
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &WriteWatch);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &w);
+  Curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, &WriteWatch);
+  Curl().easy_setopt(c, CURLOPT_WRITEDATA, &w);
   char errbuf[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-  curl_multi_add_handle(m, c);
+  Curl().easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+  Curl().multi_add_handle(m, c);
 
   CURLcode result = CURLE_OK;
   bool cancelled = false;
   bool idle = false;
   int running = 1;
   while (running > 0) {
-    curl_multi_perform(m, &running);
+    Curl().multi_perform(m, &running);
     int msgs = 0;
-    while (CURLMsg* msg = curl_multi_info_read(m, &msgs)) {
+    while (CURLMsg* msg = Curl().multi_info_read(m, &msgs)) {
       if (msg->msg == CURLMSG_DONE) result = msg->data.result;
     }
     if (running == 0) break;
@@ -511,13 +522,13 @@ Expected<bool> Client::Watch(const std::string& path, Query query,
       idle = true;
       break;
     }
-    curl_multi_poll(m, nullptr, 0, 50, nullptr);
+    Curl().multi_poll(m, nullptr, 0, 50, nullptr);
   }
   long http = w.http;
-  if (http == 0) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
-  curl_multi_remove_handle(m, c);
-  curl_easy_cleanup(c);
-  curl_multi_cleanup(m);
+  if (http == 0) Curl().easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+  Curl().multi_remove_handle(m, c);
+  Curl().easy_cleanup(c);
+  Curl().multi_cleanup(m);
 
   if (cancelled || w.stopped) return true;
   if (idle)

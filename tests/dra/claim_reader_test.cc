@@ -39,7 +39,7 @@ json Claim() {
 TEST(ClaimReaderTest, ParsesThisDriversResultsAndConfig) {
   auto a = ParseClaim(Claim(), "gpu.danqing.io", "u-1");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ(a->namespace_name, "ml");
+  EXPECT_EQ(a->ns, "ml");
   EXPECT_EQ(a->name, "c1");
   EXPECT_EQ(a->resource_version, "7");
   ASSERT_EQ(a->devices.size(), 2U);
@@ -49,6 +49,7 @@ TEST(ClaimReaderTest, ParsesThisDriversResultsAndConfig) {
   EXPECT_EQ(a->devices[1].share_id, "a1b2");
   ASSERT_EQ(a->config.size(), 2U);
   EXPECT_EQ(a->config[0].source, "FromClass");
+  EXPECT_EQ(a->config[0].driver, "gpu.danqing.io");
   EXPECT_TRUE(a->config[0].requests.empty());
   EXPECT_EQ(a->config[0].parameters["sharing"]["strategy"], "TimeSlicing");
   EXPECT_EQ(a->config[1].requests, std::vector<std::string>{"gpu"});
@@ -98,7 +99,7 @@ TEST(ClaimReaderTest, ErrorsNameTheClaimAndTheField) {
 
   auto uid = ParseClaim(Claim(), "gpu.danqing.io", "u-2");
   ASSERT_FALSE(uid.ok());
-  EXPECT_EQ(uid.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(uid.status().code(), StatusCode::kNotFound);
   EXPECT_NE(uid.status().message().find("u-2"), std::string::npos);
 
   EXPECT_EQ(ParseClaimText("{not json", "gpu.danqing.io").status().code(),
@@ -120,15 +121,34 @@ TEST(ClaimReaderTest, GetsFromTheApiServer) {
   EXPECT_EQ(a->devices.size(), 2U);
   EXPECT_EQ(fx.server->Counts()["GET resourceclaims"], 1U);
 
-  auto missing = reader.Get("ml", "nope");
+  auto missing = reader.Get("ml", "nope", "");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("ResourceClaim ml/nope"), std::string::npos);
 
   fx.server->SetRbac("test-token", {"list resourceslices"});
-  auto denied = reader.Get("ml", "c1");
+  auto denied = reader.Get("ml", "c1", "u-1");
   ASSERT_FALSE(denied.ok());
   EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied);
+
+  // A name that would change the REST path is refused before any request.
+  const uint64_t gets = fx.server->Counts()["GET resourceclaims"];
+  for (const auto& [ns, name] : std::vector<std::pair<std::string, std::string>>{
+           {"ml", "../../resourceslices/x"}, {"ml", ""}, {"", "c1"}, {"ml", "c1?watch=1"}}) {
+    auto bad = reader.Get(ns, name, "u-1");
+    ASSERT_FALSE(bad.ok()) << ns << "/" << name;
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << ns << "/" << name;
+  }
+  EXPECT_EQ(fx.server->Counts()["GET resourceclaims"], gets);
+}
+
+TEST(ClaimReaderTest, AnyDriverWhenNoneIsNamed) {
+  auto a = ParseClaim(Claim(), "", "u-1");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->devices.size(), 3U);
+  EXPECT_EQ(a->devices[1].driver, "nic.example.com");
+  ASSERT_EQ(a->config.size(), 3U);
+  EXPECT_EQ(a->config[2].driver, "nic.example.com");
 }
 
 }  // namespace

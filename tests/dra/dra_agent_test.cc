@@ -312,24 +312,43 @@ TEST(DraConfig, SettingsAreCheckedWithTheFieldNamed) {
   EXPECT_EQ(ok->danqing.dra_gpus, (std::vector<std::string>{"0", "GPU-x"}));
 }
 
-TEST(ClaimFile, ParsesResourceClaimsAndNamesBadFields) {
-  auto good = dra::ClaimAllocationFromJson(ResourceClaim(
-      "a", "ua", "gpu-0",
-      nlohmann::json::array({{{"requests", {"gpu"}},
-                              {"opaque",
-                               {{"driver", kDriver},
-                                {"parameters", {{"sharing", {{"strategy", "TimeSlicing"}}}}}}}}})));
+TEST(ClaimFile, ParsesResourceClaimsWithTheOneParserAndNamesBadFields) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/claims.json";
+  auto write = [&](const nlohmann::json& items) {
+    std::ofstream(path, std::ios::trunc)
+        << nlohmann::json{{"kind", "ResourceClaimList"}, {"items", items}}.dump();
+  };
+  dra::FileClaimSource source(path);
+  write(nlohmann::json::array(
+      {ResourceClaim("a", "ua", "gpu-0",
+                     nlohmann::json::array(
+                         {{{"source", "FromClaim"},
+                           {"requests", {"gpu"}},
+                           {"opaque",
+                            {{"driver", kDriver},
+                             {"parameters", {{"sharing", {{"strategy", "TimeSlicing"}}}}}}}}}))}));
+  auto good = source.Get("default", "a", "ua");
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   EXPECT_EQ(good->devices[0].device, "gpu-0");
   EXPECT_EQ(good->config[0].requests, std::vector<std::string>{"gpu"});
+  EXPECT_EQ(good->config[0].driver, kDriver);
+  // Another UID: the claim the kubelet asked for is gone.
+  EXPECT_EQ(source.Get("default", "a", "u-other").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(source.Get("default", "zz", "ua").status().code(), StatusCode::kNotFound);
   auto j = ResourceClaim("a", "ua", "gpu-0");
   j["status"]["allocation"]["devices"]["results"][0].erase("pool");
-  auto bad = dra::ClaimAllocationFromJson(j);
+  write(nlohmann::json::array({j}));
+  auto bad = source.Get("default", "a", "ua");
   ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("status.allocation.devices.results[0].pool: missing"),
-            std::string::npos);
+            std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("claims file"), std::string::npos);
   j.erase("status");
-  EXPECT_EQ(dra::ClaimAllocationFromJson(j).status().code(), StatusCode::kFailedPrecondition);
+  write(nlohmann::json::array({j}));
+  EXPECT_EQ(source.Get("default", "a", "ua").status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

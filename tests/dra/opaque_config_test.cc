@@ -73,6 +73,7 @@ TEST(DeviceTable, NamesWholeGpusAndMigDevices) {
   gpu::MigDevice m;
   m.uuid = "MIG-b1";
   m.parent_uuid = "GPU-b";
+  m.profile = "1g.10gb";
   m.gpu_instance_id = 7;
   m.compute_instance_id = 0;
   b.mig_devices.push_back(m);
@@ -80,14 +81,14 @@ TEST(DeviceTable, NamesWholeGpusAndMigDevices) {
   auto t = BuildDeviceTable(inv, "node-a");
   ASSERT_EQ(t.devices.size(), 2u);
   ASSERT_NE(t.Find("gpu-0"), nullptr);
-  const NodeDevice* mig = t.Find("gpu-1-mig-7-0");
+  const NodeDevice* mig = t.Find("gpu-1-mig-1g10gb-7-0");
   ASSERT_NE(mig, nullptr);
   EXPECT_EQ(mig->device.gpu_uuid, "GPU-b");
   EXPECT_EQ(mig->device.gpu_instance_id, 7u);
   EXPECT_EQ(BuildDeviceTable(inv, "node-a", {"GPU-b"}).devices.size(), 1u);
   auto sick = WithHealth(t, {{"GPU-b", "xid 79"}});
-  EXPECT_FALSE(sick->Find("gpu-1-mig-7-0")->device.healthy);
-  EXPECT_EQ(sick->Find("gpu-1-mig-7-0")->device.unhealthy_reason, "xid 79");
+  EXPECT_FALSE(sick->Find("gpu-1-mig-1g10gb-7-0")->device.healthy);
+  EXPECT_EQ(sick->Find("gpu-1-mig-1g10gb-7-0")->device.unhealthy_reason, "xid 79");
   EXPECT_TRUE(sick->Find("gpu-0")->device.healthy);
 }
 

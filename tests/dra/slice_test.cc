@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "dra/node_devices.h"
 #include "dra/slices.h"
 #include "testing/support/temp_dir.h"
 #include "tests/dra/slice_fixtures.h"
@@ -84,7 +85,7 @@ TEST(SliceTest, MigMixedNodeFromFakeNvml) {
   for (const auto& d : devices) EXPECT_EQ(d.attributes["nvlinkDomain"]["int"], 0) << d.name;
 
   const gpu::MigDevice& m = inv->gpus[0].mig_devices[0];
-  const SliceDevice* mig = Find(devices, MigDeviceName(inv->gpus[0], m));
+  const SliceDevice* mig = Find(devices, DeviceNameFor(inv->gpus[0], m));
   ASSERT_NE(mig, nullptr);
   EXPECT_EQ(mig->attributes["type"]["string"], "mig");
   EXPECT_EQ(mig->attributes["migProfile"]["string"], m.profile);
@@ -114,10 +115,10 @@ TEST(SliceTest, DeviceNamesAreStableDnsLabels) {
   m.profile = "1g.10gb+me";
   m.gpu_instance_id = 13;
   m.compute_instance_id = 0;
-  EXPECT_EQ(GpuDeviceName(g), "gpu-3");
-  EXPECT_EQ(MigDeviceName(g, m), "gpu-3-mig-1g10gb-me-13-0");
+  EXPECT_EQ(DeviceNameFor(g), "gpu-3");
+  EXPECT_EQ(DeviceNameFor(g, m), "gpu-3-mig-1g10gb-me-13-0");
   m.profile = "";
-  EXPECT_EQ(MigDeviceName(g, m), "gpu-3-mig-unknown-13-0");
+  EXPECT_EQ(DeviceNameFor(g, m), "gpu-3-mig-unknown-13-0");
 }
 
 TEST(SliceTest, NvlinkIslands) {

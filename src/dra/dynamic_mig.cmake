@@ -9,3 +9,7 @@ add_library(danqing_dra_dynamic_mig
 target_include_directories(danqing_dra_dynamic_mig PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(danqing_dra_dynamic_mig
   PUBLIC danqing_common nlohmann_json::nlohmann_json PRIVATE danqing_settings ${CMAKE_DL_LIBS})
+# The CDI side: a created instance as a node device for claim_cdi.h.
+add_library(danqing_dra_dynamic_mig_cdi ${CMAKE_CURRENT_LIST_DIR}/dynamic_mig_cdi.cc)
+target_link_libraries(danqing_dra_dynamic_mig_cdi PUBLIC danqing_dra_dynamic_mig danqing_dra_node
+  PRIVATE danqing_settings)

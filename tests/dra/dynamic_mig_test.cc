@@ -12,6 +12,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -20,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "dra/claim_cdi.h"
+#include "dra/dynamic_mig_cdi.h"
 #include "dra/mig_placements.h"
 #include "dra/nvml_mig_control.h"
 
@@ -537,7 +542,7 @@ class FakeNvmlControl {
     char c = 0;
     while (::recv(fd_, &c, 1, 0) == 1 && c != '\n') reply.push_back(c);
     Json j = Json::parse(reply);
-    EXPECT_TRUE(j.value("ok", false)) << command.dump() << " -> " << reply;
+    EXPECT_TRUE(j.contains("ok") && j.at("ok") == Json(true)) << command.dump() << " -> " << reply;
     return j;
   }
 
@@ -673,6 +678,42 @@ TEST_F(DynamicMigNvml, GpuLeavingMigModeAndTwoClaimsAtOnce) {
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   // The other GPUs are unaffected.
   EXPECT_TRUE(control_->Describe(0).ok());
+}
+
+TEST_F(DynamicMigNvml, PreparedInstanceGetsItsCdiDeviceNodes) {
+  DynamicMig mig(control_, AllGpus());
+  auto m = mig.Prepare("uid-cdi", "gpu-2-mig-1g10gb-at-6");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const std::string root = "/tmp/dmig-cdi-" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  ClaimCdiOptions options;
+  options.cdi_root = root;
+  options.kind = "gpu.danqing.io/claim";
+  options.dev_root =
+      root + "/dev";  // no control nodes there: the spec lists the device's nodes alone
+  const std::string gi = "gpu2/gi" + std::to_string(m->gpu_instance_id);
+  options.mig_cap_minors = {
+      {gi + "/access", 30}, {gi + "/ci0/access", 31}, {"gpu2/gi99/access", 99}};
+  PreparedClaim claim;
+  claim.uid = "uid-cdi";
+  PreparedDevice pd;
+  pd.pool = "node-a-mig";
+  pd.device = m->device;
+  pd.gpu_uuid = m->gpu_uuid;
+  claim.devices.push_back(pd);
+  const NodeDevice node = DynamicMigNodeDevice(*m, 2);
+  ASSERT_TRUE(WriteClaimSpec(options, claim, {&node}, AtomicFileWriter()).ok());
+  const Json spec = Json::parse(std::ifstream(ClaimSpecPath(options, "uid-cdi")));
+  ASSERT_EQ(spec["devices"].size(), 1U);
+  EXPECT_EQ(spec["devices"][0]["name"], "uid-cdi-gpu-2-mig-1g10gb-at-6");
+  std::vector<std::string> paths;
+  for (const auto& n : spec.at("devices").at(0).at("containerEdits").at("deviceNodes")) {
+    paths.push_back(n.at("path").get<std::string>());
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{"/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap30",
+                                             "/dev/nvidia-caps/nvidia-cap31"}));
+  std::filesystem::remove_all(root);
+  EXPECT_TRUE(mig.Unprepare("uid-cdi", m->device).ok());
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 # lifecycle over an in-memory MigControl and over the fake NVML.
 add_executable(dra_dynamic_mig_test ${CMAKE_CURRENT_LIST_DIR}/dynamic_mig_test.cc)
 target_include_directories(dra_dynamic_mig_test PRIVATE ${PROJECT_SOURCE_DIR})
-target_link_libraries(dra_dynamic_mig_test PRIVATE danqing_dra_dynamic_mig danqing_settings
+target_link_libraries(dra_dynamic_mig_test PRIVATE danqing_dra_dynamic_mig_cdi danqing_settings
                       GTest::gtest_main GTest::gmock Threads::Threads)
 target_compile_definitions(dra_dynamic_mig_test PRIVATE
   DANQING_FAKE_NVML_LIB="${FAKE_NVML_LIB_DIR}/libnvidia-ml.so.1"

@@ -503,4 +503,25 @@ std::map<std::string, std::vector<MigInstance>> DynamicMig::Held() const {
   return held_;
 }
 
+std::vector<OrphanInstance> FindOrphanInstances(
+    std::shared_ptr<MigControl> control, DynamicMigConfig config,
+    const std::map<std::string, std::vector<MigInstance>>& prepared,
+    const std::vector<int>& gpu_indices) {
+  config.destroy_orphans = false;
+  DynamicMig mig(std::move(control), std::move(config));
+  return mig.Reconcile(prepared, gpu_indices);
+}
+
+std::string DescribeOrphan(const OrphanInstance& o) {
+  std::string s = "GPU " + std::to_string(o.gpu_index) + ": MIG " + o.profile +
+                  " at memory slice " + std::to_string(o.start) + " (GPU instance " +
+                  std::to_string(o.gpu_instance_id);
+  s += o.compute_instance_id ? ", compute instance " + std::to_string(*o.compute_instance_id)
+                             : ", no compute instance: half-made";
+  s += ") is held by no prepared claim";
+  if (o.destroyed) s += "; destroyed";
+  if (!o.error.empty()) s += "; destroying it failed: " + o.error;
+  return s;
+}
+
 }  // namespace danqing::dra

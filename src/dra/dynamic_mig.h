@@ -177,6 +177,16 @@ struct OrphanInstance {
   std::string error;  // why destroying failed
 };
 
+// For doctor (no agent state needed): the orphans on `gpu_indices` given the
+// instances the checkpoint records; destroys nothing.
+std::vector<OrphanInstance> FindOrphanInstances(
+    std::shared_ptr<MigControl> control, DynamicMigConfig config,
+    const std::map<std::string, std::vector<MigInstance>>& prepared,
+    const std::vector<int>& gpu_indices);
+// One line per orphan: "GPU 0: MIG 3g.40gb at memory slice 4 (GPU instance 2,
+// compute instance 0) is held by no prepared claim".
+std::string DescribeOrphan(const OrphanInstance& orphan);
+
 class DynamicMig {
  public:
   DynamicMig(std::shared_ptr<MigControl> control, DynamicMigConfig config);

@@ -516,6 +516,21 @@ TEST(DynamicMigLifecycle, RestartKeepsPreparedAndReportsOrphans) {
     EXPECT_TRUE(after.Unprepare("uid-a", "gpu-0-mig-3g40gb-at-0").ok());
     EXPECT_EQ(control->Instances(0), 0U);
   }
+  // Doctor's view: reported, nothing destroyed.
+  {
+    DynamicMig more(control, AllGpus());
+    ASSERT_TRUE(more.Prepare("uid-x", "gpu-1-mig-1g10gb-at-0").ok());
+  }
+  const auto report =
+      FindOrphanInstances(control, AllGpus(/*destroy_orphans=*/true), checkpoint, {0, 1});
+  ASSERT_EQ(report.size(), 1U);
+  EXPECT_FALSE(report[0].destroyed);
+  EXPECT_EQ(
+      DescribeOrphan(report[0]).rfind("GPU 1: MIG 1g.10gb at memory slice 0 (GPU instance ", 0), 0U)
+      << DescribeOrphan(report[0]);
+  EXPECT_NE(DescribeOrphan(report[0]).find("compute instance 0) is held by no prepared claim"),
+            std::string::npos);
+  EXPECT_EQ(control->Instances(1), 1U);
   // A checkpointed instance that vanished is dropped.
   DynamicMig again(control, AllGpus());
   EXPECT_TRUE(again.Reconcile(checkpoint, {0}).empty());

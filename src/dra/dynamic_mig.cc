@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <utility>
+
+#include "common/atomic_file.h"
 
 namespace danqing::dra {
 namespace {
@@ -278,16 +283,17 @@ bool CountersAllow(const std::vector<Json>& slices, const std::vector<std::strin
 // --- Prepare. -------------------------------------------------------------------
 
 Json ToJson(const MigInstance& m) {
-  return {{"gpuIndex", m.gpu_index},
-          {"gpuUUID", m.gpu_uuid},
-          {"device", m.device},
-          {"profileID", m.profile_id},
-          {"start", m.start},
-          {"gpuInstanceID", m.gpu_instance_id},
-          {"computeInstanceID", m.compute_instance_id},
-          {"migUUID", m.mig_uuid}};
+  Json j = {{"gpuIndex", m.gpu_index},
+            {"gpuUUID", m.gpu_uuid},
+            {"device", m.device},
+            {"profileID", m.profile_id},
+            {"start", m.start},
+            {"gpuInstanceID", m.gpu_instance_id},
+            {"computeInstanceID", m.compute_instance_id},
+            {"migUUID", m.mig_uuid}};
+  if (m.parent_minor) j["parentMinor"] = *m.parent_minor;
+  return j;
 }
-
 Result<MigInstance> MigInstanceFromJson(const Json& j) {
   try {
     MigInstance m;
@@ -299,14 +305,56 @@ Result<MigInstance> MigInstanceFromJson(const Json& j) {
     m.gpu_instance_id = j.at("gpuInstanceID").get<uint32_t>();
     m.compute_instance_id = j.at("computeInstanceID").get<uint32_t>();
     m.mig_uuid = j.at("migUUID").get<std::string>();
+    if (j.contains("parentMinor")) m.parent_minor = j.at("parentMinor").get<uint32_t>();
     return m;
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string("MIG instance record: ") + e.what());
   }
 }
 
-DynamicMig::DynamicMig(std::shared_ptr<MigControl> control, DynamicMigConfig config)
-    : control_(std::move(control)), config_(std::move(config)) {}
+DynamicMig::DynamicMig(std::shared_ptr<MigControl> control, DynamicMigConfig config,
+                       std::string state_file)
+    : control_(std::move(control)),
+      config_(std::move(config)),
+      state_file_(std::move(state_file)) {}
+
+Result<std::map<std::string, std::vector<MigInstance>>> DynamicMig::LoadState(
+    const std::string& state_file) {
+  std::map<std::string, std::vector<MigInstance>> out;
+  std::error_code ec;
+  if (!std::filesystem::exists(state_file, ec)) return out;
+  std::ifstream in(state_file);
+  std::stringstream text;
+  text << in.rdbuf();
+  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("claims") || !j.at("claims").is_object()) {
+    return InvalidArgument("dynamic MIG state " + state_file +
+                           ": not a {\"claims\": {...}} object");
+  }
+  for (const auto& [uid, list] : j.at("claims").items()) {
+    if (!list.is_array())
+      return InvalidArgument("dynamic MIG state " + state_file + ": claims." + uid +
+                             ": not a list");
+    for (const auto& item : list) {
+      auto m = MigInstanceFromJson(item);
+      if (!m.ok())
+        return m.status().WithContext("dynamic MIG state " + state_file + ": claims." + uid);
+      out[uid].push_back(*m);
+    }
+  }
+  return out;
+}
+
+Status DynamicMig::SaveLocked() const {
+  if (state_file_.empty()) return Status::Ok();
+  Json claims = Json::object();
+  for (const auto& [uid, list] : held_) {
+    Json a = Json::array();
+    for (const auto& m : list) a.push_back(ToJson(m));
+    claims[uid] = std::move(a);
+  }
+  return WriteFileAtomically(state_file_, Json{{"version", 1}, {"claims", claims}}.dump(2) + "\n");
+}
 
 std::mutex& DynamicMig::GpuMutex(int gpu_index) {
   const std::lock_guard<std::mutex> lock(mutex_);
@@ -374,9 +422,18 @@ Result<MigInstance> DynamicMig::Prepare(const std::string& claim_uid, const std:
     (void)control_->DestroyGpuInstance(gpu.index, *gi);
     return uuid.status().WithContext(where + "reading the new MIG device");
   }
-  MigInstance m{gpu.index, gpu.uuid, device, profile->profile_id, parsed->start, *gi, *ci, *uuid};
+  MigInstance m{gpu.index, gpu.uuid, device,   profile->profile_id, parsed->start, *gi,
+                *ci,       *uuid,    gpu.minor};
   const std::lock_guard<std::mutex> lock(mutex_);
   held_[claim_uid].push_back(m);
+  if (Status s = SaveLocked(); !s.ok()) {
+    // Not recorded: undo, so that no instance outlives a prepare that failed.
+    std::erase_if(held_[claim_uid], [&](const MigInstance& x) { return x.device == device; });
+    if (held_[claim_uid].empty()) held_.erase(claim_uid);
+    (void)control_->DestroyComputeInstance(gpu.index, *gi, *ci);
+    (void)control_->DestroyGpuInstance(gpu.index, *gi);
+    return s.WithContext(where + "recording the instance");
+  }
   return m;
 }
 
@@ -428,6 +485,9 @@ Status DynamicMig::Unprepare(const std::string& claim_uid, const std::string& de
     std::erase_if(it->second, [&](const MigInstance& x) { return x.device == device; });
     if (it->second.empty()) held_.erase(it);
   }
+  // The instance is gone; a failed write leaves a stale record, which the
+  // next Reconcile drops (the instance no longer exists).
+  if (Status s = SaveLocked(); !s.ok()) return s.WithContext(where + "recording the release");
   return Status::Ok();
 }
 
@@ -490,6 +550,7 @@ std::vector<OrphanInstance> DynamicMig::Reconcile(
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     held_ = std::move(kept);
+    (void)SaveLocked();  // best effort: the next change rewrites it
   }
   return FindOrphans(gpu_indices, config_.destroy_orphans);
 }

@@ -160,6 +160,7 @@ struct MigInstance {
   uint32_t gpu_instance_id = 0;
   uint32_t compute_instance_id = 0;
   std::string mig_uuid;
+  std::optional<uint32_t> parent_minor;  // /dev/nvidia<minor> of the GPU
   bool operator==(const MigInstance&) const = default;
 };
 
@@ -189,7 +190,16 @@ std::string DescribeOrphan(const OrphanInstance& orphan);
 
 class DynamicMig {
  public:
-  DynamicMig(std::shared_ptr<MigControl> control, DynamicMigConfig config);
+  // `state_file`, when not empty, keeps Held() across restarts: rewritten
+  // (atomically) after every change; LoadState() reads it back for
+  // Reconcile(). Put it in the DRA checkpoint directory (persistent).
+  DynamicMig(std::shared_ptr<MigControl> control, DynamicMigConfig config,
+             std::string state_file = "");
+
+  // The instances the state file records, by claim UID. A missing file is an
+  // empty map; a file that does not parse is INVALID_ARGUMENT naming it.
+  static Result<std::map<std::string, std::vector<MigInstance>>> LoadState(
+      const std::string& state_file);
 
   // Creates the instance for placement device `device` of claim `claim_uid`.
   // Idempotent: a claim that already holds that device gets the same
@@ -220,8 +230,13 @@ class DynamicMig {
   std::mutex& GpuMutex(int gpu_index);
   std::vector<OrphanInstance> FindOrphans(const std::vector<int>& gpu_indices, bool destroy);
 
+  // Writes held_ to state_file_ (requires mutex_); errors are returned to
+  // the caller of the change.
+  Status SaveLocked() const;
+
   std::shared_ptr<MigControl> control_;
   DynamicMigConfig config_;
+  std::string state_file_;
   mutable std::mutex mutex_;  // guards held_ and gpu_mutexes_
   std::map<std::string, std::vector<MigInstance>> held_;
   std::map<int, std::unique_ptr<std::mutex>> gpu_mutexes_;

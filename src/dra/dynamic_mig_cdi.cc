@@ -13,7 +13,7 @@ NodeDevice DynamicMigNodeDevice(const MigInstance& instance, uint32_t parent_min
   n.device.index =
       std::to_string(instance.gpu_index) + ":" + std::to_string(instance.gpu_instance_id);
   n.device.gpu_position = instance.gpu_index;
-  n.device.minor = parent_minor;
+  n.device.minor = instance.parent_minor.value_or(parent_minor);
   n.device.gpu_instance_id = instance.gpu_instance_id;
   n.device.compute_instance_id = instance.compute_instance_id;
   return n;

@@ -15,6 +15,7 @@
 
 namespace danqing::dra {
 
+// `parent_minor` is used when the instance does not carry its GPU's minor.
 NodeDevice DynamicMigNodeDevice(const MigInstance& instance, uint32_t parent_minor);
 
 }  // namespace danqing::dra

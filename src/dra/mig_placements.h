@@ -60,6 +60,7 @@ struct MigGpuSpec {
   std::string product;  // "NVIDIA A100-SXM4-80GB"
   uint32_t compute_slices = 7;
   uint32_t memory_slices = 8;
+  std::optional<uint32_t> minor;  // /dev/nvidia<minor>, when NVML tells
   std::vector<MigProfileSpec> profiles;
   std::vector<MigInstanceSpec> instances;
 

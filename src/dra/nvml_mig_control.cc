@@ -12,15 +12,17 @@ namespace danqing::dra {
 
 #define DANQING_MIG_NVML_FUNCTIONS(X)                                                              \
   X(nvmlInit_v2)                                                                                   \
-  X(nvmlShutdown) X(nvmlErrorString) X(nvmlDeviceGetHandleByIndex_v2) X(nvmlDeviceGetUUID) X(      \
-      nvmlDeviceGetName) X(nvmlDeviceGetMigMode) X(nvmlDeviceGetGpuInstanceProfileInfoV)           \
+  X(nvmlShutdown)                                                                                  \
+  X(nvmlErrorString) X(nvmlDeviceGetHandleByIndex_v2) X(nvmlDeviceGetUUID) X(nvmlDeviceGetName) X( \
+      nvmlDeviceGetMigMode) X(nvmlDeviceGetGpuInstanceProfileInfoV)                                \
       X(nvmlDeviceGetGpuInstancePossiblePlacements_v2) X(nvmlDeviceCreateGpuInstanceWithPlacement) \
           X(nvmlDeviceGetGpuInstances) X(nvmlDeviceGetGpuInstanceById) X(nvmlGpuInstanceGetInfo)   \
               X(nvmlGpuInstanceGetComputeInstanceProfileInfo)                                      \
                   X(nvmlGpuInstanceCreateComputeInstance) X(nvmlGpuInstanceGetComputeInstanceById) \
                       X(nvmlComputeInstanceDestroy) X(nvmlGpuInstanceDestroy)                      \
                           X(nvmlDeviceGetMigDeviceHandleByIndex) X(nvmlDeviceGetGpuInstanceId)     \
-                              X(nvmlDeviceGetComputeInstanceId) X(nvmlDeviceGetMaxMigDeviceCount)
+                              X(nvmlDeviceGetComputeInstanceId) X(nvmlDeviceGetMaxMigDeviceCount)  \
+                                  X(nvmlDeviceGetMinorNumber)
 
 struct NvmlMigControl::Api {
   void* handle = nullptr;
@@ -131,6 +133,7 @@ Result<MigGpuSpec> NvmlMigControl::Describe(int gpu_index) {
   std::memset(buffer, 0, sizeof(buffer));
   if (const auto rc = a.nvmlDeviceGetName(*d, buffer, sizeof(buffer)); rc == NVML_SUCCESS)
     g.product = buffer;
+  if (unsigned minor = 0; a.nvmlDeviceGetMinorNumber(*d, &minor) == NVML_SUCCESS) g.minor = minor;
   unsigned current = 0;
   unsigned pending = 0;
   if (const auto rc = a.nvmlDeviceGetMigMode(*d, &current, &pending); rc != NVML_SUCCESS) {

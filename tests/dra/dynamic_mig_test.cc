@@ -537,6 +537,46 @@ TEST(DynamicMigLifecycle, RestartKeepsPreparedAndReportsOrphans) {
   EXPECT_TRUE(again.Held().empty());
 }
 
+TEST(DynamicMigLifecycle, StateFileCarriesHeldInstancesAcrossARestart) {
+  const std::string dir = "/tmp/dmig-state-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/dynamic-mig.json";
+  auto control = std::make_shared<MemoryControl>(1);
+  {
+    DynamicMig before(control, AllGpus(), file);
+    ASSERT_TRUE(before.Prepare("uid-a", "gpu-0-mig-2g20gb-at-0").ok());
+    ASSERT_TRUE(before.Prepare("uid-b", "gpu-0-mig-2g20gb-at-2").ok());
+    ASSERT_TRUE(before.Unprepare("uid-b", "gpu-0-mig-2g20gb-at-2").ok());
+  }
+  auto loaded = DynamicMig::LoadState(file);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  ASSERT_EQ(loaded->size(), 1U);
+  ASSERT_TRUE(loaded->contains("uid-a"));
+  DynamicMig after(control, AllGpus(), file);
+  EXPECT_TRUE(after.Reconcile(*loaded, {0}).empty()) << "the held instance is no orphan";
+  EXPECT_EQ(after.Held(), *loaded);
+  // Missing: empty. Corrupt: an error naming the file.
+  auto missing = DynamicMig::LoadState(dir + "/none.json");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_TRUE(missing->empty());
+  std::ofstream(dir + "/bad.json") << "{\"claims\": {\"u\": [{\"gpuIndex\": 0}]}}";
+  auto bad = DynamicMig::LoadState(dir + "/bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(dir + "/bad.json"), std::string::npos)
+      << bad.status().message();
+  std::ofstream(dir + "/junk.json") << "not json";
+  EXPECT_FALSE(DynamicMig::LoadState(dir + "/junk.json").ok());
+  // A state file that cannot be written fails the prepare and leaves no instance.
+  DynamicMig unwritable(control, AllGpus(), dir + "/no-such-dir/state.json");
+  auto r = unwritable.Prepare("uid-c", "gpu-0-mig-3g40gb-at-4");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("recording the instance"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(control->Instances(0), 1U);
+  std::filesystem::remove_all(dir);
+}
+
 // --- Over the fake NVML. ------------------------------------------------------------
 
 class FakeNvmlControl {
@@ -624,6 +664,7 @@ TEST_F(DynamicMigNvml, PrepareAndUnprepareThroughNvml) {
   auto m = mig.Prepare("uid-1", "gpu-2-mig-3g40gb-at-4");
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(m->mig_uuid.rfind("MIG-", 0), 0U);
+  EXPECT_EQ(m->parent_minor, std::optional<uint32_t>(2U));  // the profile's GPU 2 has minor 2
   const Json state = fake_->Send({{"cmd", "get"}, {"gpu", 2}});
   ASSERT_EQ(state["gpu"]["mig"]["devices"].size(), 1U);
   EXPECT_EQ(state["gpu"]["mig"]["devices"][0]["uuid"], m->mig_uuid);

@@ -376,6 +376,16 @@ Result<MigInstance> DynamicMig::Prepare(const std::string& claim_uid, const std:
     }
   }
   const std::lock_guard<std::mutex> gpu_lock(GpuMutex(parsed->gpu_index));
+  {
+    // The same claim and device prepared meanwhile (a repeat while the first
+    // call was still at work): the same answer.
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (const auto it = held_.find(claim_uid); it != held_.end()) {
+      for (const auto& m : it->second) {
+        if (m.device == device) return m;
+      }
+    }
+  }
   auto described = control_->Describe(parsed->gpu_index);
   if (!described.ok())
     return described.status().WithContext(where + "GPU " + std::to_string(parsed->gpu_index));

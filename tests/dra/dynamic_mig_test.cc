@@ -478,6 +478,22 @@ TEST(DynamicMigLifecycle, ClaimsOnOneGpuAreSerialised) {
   EXPECT_EQ(static_cast<std::size_t>(ok), on_gpu0 + 2);
 }
 
+TEST(DynamicMigLifecycle, ARepeatWhileTheFirstPrepareRunsGetsTheSameInstance) {
+  auto control = std::make_shared<MemoryControl>(1);
+  DynamicMig mig(control, AllGpus());
+  std::vector<Result<MigInstance>> results(4, Result<MigInstance>(Internal("not run")));
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = mig.Prepare("uid-r", "gpu-0-mig-3g40gb-at-0"); });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(*r, *results[0]);
+  }
+  EXPECT_EQ(control->Instances(0), 1U);
+}
+
 TEST(DynamicMigLifecycle, RestartKeepsPreparedAndReportsOrphans) {
   auto control = std::make_shared<MemoryControl>(2);
   std::map<std::string, std::vector<MigInstance>> checkpoint;

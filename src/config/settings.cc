@@ -158,12 +158,10 @@ std::vector<std::string> GetDraGpus(const Config& c) {
 std::string SetDraDynamicMig(Config& c, const std::vector<std::string>& items) {
   std::vector<std::string> out;
   for (const auto& item : items) {
-    const bool digits = !item.empty() && std::all_of(item.begin(), item.end(), [](char ch) {
-      return ch >= '0' && ch <= '9';
-    });
+    const bool digits = !item.empty() && std::all_of(item.begin(), item.end(),
+                                                     [](char ch) { return ch >= '0' && ch <= '9'; });
     if (!(item == "all" || digits || item.rfind("GPU-", 0) == 0)) {
-      return "dynamic MIG GPU " + Quote(item) +
-             " is not an NVML index, a GPU UUID (GPU-...) or all";
+      return "dynamic MIG GPU " + Quote(item) + " is not an NVML index, a GPU UUID (GPU-...) or all";
     }
     if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
   }
@@ -312,21 +310,18 @@ std::vector<Setting> BuildTable() {
        .env = "NVIDIA_CTK_PATH",
        .env_alias = "NVIDIA_CDI_HOOK_PATH",
        .command_line = &CL::nvidia_ctk_path,
-       .help =
-           "Host path of the CDI hook (nvidia-ctk or nvidia-cdi-hook) written into the CDI spec; "
-           "empty: no hooks",
+       .help = "Host path of the CDI hook (nvidia-ctk or nvidia-cdi-hook) written into the CDI spec; "
+               "empty: no hooks",
        .binding =
-           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; },
-                       CheckHookPath}},
+           StringField{[](Config& c) -> std::string& { return c.flags.plugin.nvidia_ctk_path; }, CheckHookPath}},
       {.path = "flags.plugin.containerDriverRoot",
        .flag = "container-driver-root",
        .flag_alias = "driver-root-ctr-path",
        .env = "CONTAINER_DRIVER_ROOT",
        .env_alias = "DRIVER_ROOT_CTR_PATH",
        .command_line = &CL::container_driver_root,
-       .help =
-           "Where the host's driver root is mounted inside this container (NVML is loaded, and the "
-           "CDI spec's driver files found, from there)",
+       .help = "Where the host's driver root is mounted inside this container (NVML is loaded, and the "
+               "CDI spec's driver files found, from there)",
        .binding = StringField{[](Config& c) -> std::string& {
          return c.flags.plugin.container_driver_root;
        }}},
@@ -457,52 +452,44 @@ std::vector<Setting> BuildTable() {
        .env = "DANQING_NODE_FEATURES_FILE",
        .command_line = &CL::node_features_file,
        .help = "node-feature-discovery features file for GPU node labels (empty: none)",
-       .binding =
-           StringField{[](Config& c) -> std::string& { return c.danqing.node_features_file; }},
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.node_features_file; }},
        .nvidia = false},
       {.path = "danqing.replicaPolicy",
        .flag = "replica-policy",
        .env = "DANQING_REPLICA_POLICY",
        .command_line = &CL::replica_policy,
-       .help = "Placement of time-sliced replicas: distributed (spread over GPUs) or packed (fill "
-               "one GPU first)",
+       .help = "Placement of time-sliced replicas: distributed (spread over GPUs) or packed (fill one GPU first)",
        .binding = EnumField{SetReplicaPolicy, GetReplicaPolicy},
        .nvidia = false},
       {.path = "danqing.disableHealthChecks",
        .flag = "disable-health-checks",
        .env = "DP_DISABLE_HEALTHCHECKS",
        .command_line = &CL::disable_health_checks,
-       .help =
-           "XIDs that do not mark a GPU unhealthy (besides application errors): comma-separated, "
-           "or \"xids\" (no XID counts) or \"all\" (no health checks at all)",
-       .binding =
-           StringField{[](Config& c) -> std::string& { return c.danqing.disable_health_checks; },
-                       CheckXidSelection},
+       .help = "XIDs that do not mark a GPU unhealthy (besides application errors): comma-separated, "
+               "or \"xids\" (no XID counts) or \"all\" (no health checks at all)",
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.disable_health_checks; },
+                              CheckXidSelection},
        .nvidia = false},
       {.path = "danqing.enableHealthChecks",
        .flag = "enable-health-checks",
        .env = "DP_ENABLE_HEALTHCHECKS",
        .command_line = &CL::enable_health_checks,
-       .help =
-           "XIDs that mark a GPU unhealthy even if ignored otherwise: comma-separated, or \"all\"",
-       .binding =
-           StringField{[](Config& c) -> std::string& { return c.danqing.enable_health_checks; },
-                       CheckXidSelection},
+       .help = "XIDs that mark a GPU unhealthy even if ignored otherwise: comma-separated, or \"all\"",
+       .binding = StringField{[](Config& c) -> std::string& { return c.danqing.enable_health_checks; },
+                              CheckXidSelection},
        .nvidia = false},
       {.path = "danqing.resetXids",
        .flag = "reset-xids",
        .env = "DANQING_RESET_XIDS",
        .command_line = &CL::reset_xids,
-       .help =
-           "XIDs that need a GPU reset (never recover on their own), added to the built-in list",
+       .help = "XIDs that need a GPU reset (never recover on their own), added to the built-in list",
        .binding = IntListField{[](Config& c) -> std::vector<int>& { return c.danqing.reset_xids; }},
        .nvidia = false},
       {.path = "danqing.xidQuietPeriod",
        .flag = "xid-quiet-period",
        .env = "DANQING_XID_QUIET_PERIOD",
        .command_line = &CL::xid_quiet_period,
-       .help = "A GPU marked unhealthy by a recoverable XID or ECC growth is healthy again after "
-               "this long "
+       .help = "A GPU marked unhealthy by a recoverable XID or ECC growth is healthy again after this long "
                "without a new one (Go duration)",
        .binding = DurationField{[](Config& c) -> Duration& { return c.danqing.xid_quiet_period; }},
        .nvidia = false},
@@ -510,11 +497,9 @@ std::vector<Setting> BuildTable() {
        .flag = "init-retry-interval",
        .env = "DANQING_INIT_RETRY_INTERVAL",
        .command_line = &CL::init_retry_interval,
-       .help = "With failOnInitError=false: how often NVML is retried while no GPU is served (Go "
-               "duration)",
-       .binding =
-           DurationField{[](Config& c) -> Duration& { return c.danqing.init_retry_interval; },
-                         /*number_is_nanoseconds=*/false, /*positive=*/true},
+       .help = "With failOnInitError=false: how often NVML is retried while no GPU is served (Go duration)",
+       .binding = DurationField{[](Config& c) -> Duration& { return c.danqing.init_retry_interval; },
+                                /*number_is_nanoseconds=*/false, /*positive=*/true},
        .nvidia = false},
       {.path = "danqing.mode",
        .flag = "mode",
@@ -586,8 +571,8 @@ std::vector<Setting> BuildTable() {
        .env = "DANQING_DRA_DYNAMIC_MIG_DESTROY_ORPHANS",
        .command_line = &CL::dra_dynamic_mig_destroy_orphans,
        .help = "Destroy MIG instances on dynamic-MIG GPUs that no prepared claim holds",
-       .binding =
-           BoolField{[](Config& c) -> bool& { return c.danqing.dra_dynamic_mig_destroy_orphans; }},
+       .binding = BoolField{
+           [](Config& c) -> bool& { return c.danqing.dra_dynamic_mig_destroy_orphans; }},
        .nvidia = false},
       {.path = "danqing.nodeName",
        .flag = "node-name",

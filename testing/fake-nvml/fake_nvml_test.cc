@@ -52,45 +52,34 @@ constexpr unsigned kGpuInstanceProfileInfoV2 = nvmlGpuInstanceProfileInfo_v2;
 // ---------------------------------------------------------------------------
 // The library under test, resolved with dlsym().
 
-#define FAKE_NVML_TEST_FUNCTIONS(X)                                                                                    \
-  X(nvmlInit)                                                                                                          \
-  X(nvmlInit_v2) X(nvmlInitWithFlags) X(nvmlShutdown) X(nvmlErrorString) X(                                            \
-      nvmlSystemGetDriverVersion) X(nvmlSystemGetNVMLVersion) X(nvmlSystemGetCudaDriverVersion)                        \
-      X(nvmlSystemGetCudaDriverVersion_v2) X(nvmlDeviceGetCount) X(nvmlDeviceGetCount_v2) X(                           \
-          nvmlDeviceGetHandleByIndex) X(nvmlDeviceGetHandleByIndex_v2) X(nvmlDeviceGetHandleByUUID)                    \
-          X(nvmlDeviceGetHandleByPciBusId) X(nvmlDeviceGetHandleByPciBusId_v2) X(nvmlDeviceGetName) X(                 \
-              nvmlDeviceGetUUID) X(nvmlDeviceGetIndex) X(nvmlDeviceGetMinorNumber) X(nvmlDeviceGetPciInfo)             \
-              X(nvmlDeviceGetPciInfo_v2) X(nvmlDeviceGetPciInfo_v3) X(nvmlDeviceGetMemoryInfo) X(                      \
-                  nvmlDeviceGetMemoryInfo_v2) X(nvmlDeviceGetCudaComputeCapability) X(nvmlDeviceGetBrand)              \
-                  X(nvmlDeviceGetArchitecture) X(nvmlDeviceGetAttributes) X(nvmlDeviceGetAttributes_v2) X(             \
-                      nvmlDeviceGetNumaNodeId) X(nvmlDeviceGetMigMode) X(nvmlDeviceGetMaxMigDeviceCount)               \
-                      X(nvmlDeviceGetMigDeviceHandleByIndex) X(nvmlDeviceIsMigDeviceHandle) X(                         \
-                          nvmlDeviceGetDeviceHandleFromMigDeviceHandle) X(nvmlDeviceGetGpuInstanceId)                  \
-                          X(nvmlDeviceGetComputeInstanceId) X(nvmlDeviceGetGpuInstanceById) X(                         \
-                              nvmlGpuInstanceGetInfo) X(nvmlGpuInstanceGetComputeInstanceById)                         \
-                              X(nvmlComputeInstanceGetInfo) X(nvmlComputeInstanceGetInfo_v2) X(                        \
-                                  nvmlDeviceGetGpuInstanceProfileInfo) X(nvmlDeviceGetGpuInstanceProfileInfoV)         \
-                                  X(nvmlDeviceGetTopologyCommonAncestor) X(nvmlDeviceGetNvLinkState) X(                \
-                                      nvmlDeviceGetNvLinkRemotePciInfo) X(nvmlDeviceGetNvLinkRemotePciInfo_v2)         \
-                                      X(nvmlDeviceGetUtilizationRates) X(nvmlDeviceGetTemperature) X(                  \
-                                          nvmlDeviceGetPowerUsage) X(nvmlDeviceGetClockInfo)                           \
-                                          X(nvmlDeviceGetCurrentClocksThrottleReasons) X(                              \
-                                              nvmlDeviceGetCurrentClocksEventReasons) X(nvmlDeviceGetTotalEccErrors)   \
-                                              X(nvmlDeviceGetRetiredPagesPendingStatus) X(                             \
-                                                  nvmlDeviceGetRemappedRows) X(nvmlDeviceGetComputeRunningProcesses)   \
-                                                  X(nvmlDeviceGetComputeRunningProcesses_v3) X(                        \
-                                                      nvmlDeviceGetProcessUtilization) X(nvmlEventSetCreate)           \
-                                                      X(nvmlDeviceGetSupportedEventTypes) X(                           \
-                                                          nvmlDeviceRegisterEvents) X(nvmlEventSetWait)                \
-                                                          X(nvmlEventSetWait_v2) X(nvmlEventSetFree) X(                \
-                                                              nvmlDeviceGetGpuInstancePossiblePlacements_v2)           \
-                                                              X(nvmlDeviceCreateGpuInstanceWithPlacement) X(           \
-                                                                  nvmlDeviceGetGpuInstances)                           \
-                                                                  X(nvmlGpuInstanceDestroy) X(                         \
-                                                                      nvmlGpuInstanceGetComputeInstanceProfileInfo)    \
-                                                                      X(nvmlGpuInstanceGetComputeInstanceProfileInfoV) \
-                                                                          X(nvmlGpuInstanceCreateComputeInstance)      \
-                                                                              X(nvmlComputeInstanceDestroy)
+#define FAKE_NVML_TEST_FUNCTIONS(X)                                                                         \
+  X(nvmlInit) X(nvmlInit_v2) X(nvmlInitWithFlags) X(nvmlShutdown) X(nvmlErrorString)                        \
+  X(nvmlSystemGetDriverVersion) X(nvmlSystemGetNVMLVersion) X(nvmlSystemGetCudaDriverVersion)              \
+  X(nvmlSystemGetCudaDriverVersion_v2) X(nvmlDeviceGetCount) X(nvmlDeviceGetCount_v2)                      \
+  X(nvmlDeviceGetHandleByIndex) X(nvmlDeviceGetHandleByIndex_v2) X(nvmlDeviceGetHandleByUUID)               \
+  X(nvmlDeviceGetHandleByPciBusId) X(nvmlDeviceGetHandleByPciBusId_v2) X(nvmlDeviceGetName)                 \
+  X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex) X(nvmlDeviceGetMinorNumber) X(nvmlDeviceGetPciInfo)            \
+  X(nvmlDeviceGetPciInfo_v2) X(nvmlDeviceGetPciInfo_v3) X(nvmlDeviceGetMemoryInfo)                          \
+  X(nvmlDeviceGetMemoryInfo_v2) X(nvmlDeviceGetCudaComputeCapability) X(nvmlDeviceGetBrand)                 \
+  X(nvmlDeviceGetArchitecture) X(nvmlDeviceGetAttributes) X(nvmlDeviceGetAttributes_v2)                     \
+  X(nvmlDeviceGetNumaNodeId) X(nvmlDeviceGetMigMode) X(nvmlDeviceGetMaxMigDeviceCount)                      \
+  X(nvmlDeviceGetMigDeviceHandleByIndex) X(nvmlDeviceIsMigDeviceHandle)                                     \
+  X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle) X(nvmlDeviceGetGpuInstanceId)                             \
+  X(nvmlDeviceGetComputeInstanceId) X(nvmlDeviceGetGpuInstanceById) X(nvmlGpuInstanceGetInfo)               \
+  X(nvmlGpuInstanceGetComputeInstanceById) X(nvmlComputeInstanceGetInfo) X(nvmlComputeInstanceGetInfo_v2)   \
+  X(nvmlDeviceGetGpuInstanceProfileInfo) X(nvmlDeviceGetGpuInstanceProfileInfoV)                            \
+  X(nvmlDeviceGetTopologyCommonAncestor) X(nvmlDeviceGetNvLinkState) X(nvmlDeviceGetNvLinkRemotePciInfo)    \
+  X(nvmlDeviceGetNvLinkRemotePciInfo_v2) X(nvmlDeviceGetUtilizationRates) X(nvmlDeviceGetTemperature)       \
+  X(nvmlDeviceGetPowerUsage) X(nvmlDeviceGetClockInfo) X(nvmlDeviceGetCurrentClocksThrottleReasons)         \
+  X(nvmlDeviceGetCurrentClocksEventReasons) X(nvmlDeviceGetTotalEccErrors)                                  \
+  X(nvmlDeviceGetRetiredPagesPendingStatus) X(nvmlDeviceGetRemappedRows)                                    \
+  X(nvmlDeviceGetComputeRunningProcesses) X(nvmlDeviceGetComputeRunningProcesses_v3)                        \
+  X(nvmlDeviceGetProcessUtilization) X(nvmlEventSetCreate) X(nvmlDeviceGetSupportedEventTypes)              \
+  X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait) X(nvmlEventSetWait_v2) X(nvmlEventSetFree)               \
+  X(nvmlDeviceGetGpuInstancePossiblePlacements_v2) X(nvmlDeviceCreateGpuInstanceWithPlacement)             \
+  X(nvmlDeviceGetGpuInstances) X(nvmlGpuInstanceDestroy) X(nvmlGpuInstanceGetComputeInstanceProfileInfo)   \
+  X(nvmlGpuInstanceGetComputeInstanceProfileInfoV) X(nvmlGpuInstanceCreateComputeInstance)                 \
+  X(nvmlComputeInstanceDestroy)
 
 struct Library {
   void* handle = nullptr;

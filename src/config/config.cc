@@ -234,6 +234,11 @@ Status Validate(const Config& c) {
     return InvalidArgument("invalid configuration: " + Cite(c, "danqing.draGpus") + " is set but " +
                            Cite(c, "danqing.mode") + " is not split");
   }
+  if (c.danqing.mode == "device-plugin" && !c.danqing.dra_dynamic_mig.empty()) {
+    return InvalidArgument("invalid configuration: " + Cite(c, "danqing.draDynamicMig") +
+                           " is set but " + Cite(c, "danqing.mode") +
+                           " is device-plugin: dynamic MIG needs mode dra or split");
+  }
   if (c.danqing.mode != "device-plugin" && c.danqing.node_name.empty()) {
     return InvalidArgument(
         "invalid configuration: " + Cite(c, "danqing.mode") + " = " + c.danqing.mode +

@@ -222,6 +222,11 @@ struct DanqingSettings {
   // service account when in a pod (KUBERNETES_SERVICE_HOST set), else none.
   std::string kubeconfig;
   std::string node_name;  // nodeName (NODE_NAME): the DRA pool name; required in dra/split
+  // Dynamic MIG (issue 26, docs/dra.md#dynamic-mig-issue-26): GPUs in MIG mode whose
+  // instances are created per claim. NVML indices, GPU UUIDs, or "all"; empty = none.
+  // Needs mode dra or split.
+  std::vector<std::string> dra_dynamic_mig;      // draDynamicMig
+  bool dra_dynamic_mig_destroy_orphans = false;  // draDynamicMigDestroyOrphans
 
   bool operator==(const DanqingSettings&) const = default;
 };
@@ -322,6 +327,8 @@ struct CommandLine {
   std::optional<std::string> dra_claims_file;        // --dra-claims-file
   std::optional<std::string> node_name;              // --node-name
   std::optional<std::string> kubeconfig;             // --kubeconfig
+  std::optional<std::string> dra_dynamic_mig;        // --dra-dynamic-mig
+  std::optional<std::string> dra_dynamic_mig_destroy_orphans;  // --dra-dynamic-mig-destroy-orphans
 };
 
 // How a flag takes its value, for registering it with a flag parser.

@@ -155,6 +155,23 @@ std::vector<std::string> GetDraGpus(const Config& c) {
   return c.danqing.dra_gpus;
 }
 
+std::string SetDraDynamicMig(Config& c, const std::vector<std::string>& items) {
+  std::vector<std::string> out;
+  for (const auto& item : items) {
+    const bool digits = !item.empty() && std::all_of(item.begin(), item.end(),
+                                                     [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (!(item == "all" || digits || item.rfind("GPU-", 0) == 0)) {
+      return "dynamic MIG GPU " + Quote(item) + " is not an NVML index, a GPU UUID (GPU-...) or all";
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  c.danqing.dra_dynamic_mig = std::move(out);
+  return "";
+}
+std::vector<std::string> GetDraDynamicMig(const Config& c) {
+  return c.danqing.dra_dynamic_mig;
+}
+
 std::string SetDeviceListStrategy(Config& c, const std::vector<std::string>& items) {
   if (items.empty()) {
     return "at least one device list strategy is required; expected " +
@@ -541,6 +558,22 @@ std::vector<Setting> BuildTable() {
        .help = "Without an API server (no --kubeconfig, not in a pod): a ResourceClaim list "
                "(JSON) to read claims from",
        .binding = StringField{[](Config& c) -> std::string& { return c.danqing.dra_claims_file; }},
+       .nvidia = false},
+      {.path = "danqing.draDynamicMig",
+       .flag = "dra-dynamic-mig",
+       .env = "DANQING_DRA_DYNAMIC_MIG",
+       .command_line = &CL::dra_dynamic_mig,
+       .help = "GPUs in MIG mode whose MIG instances are created per claim (dynamic MIG): NVML "
+               "indices, GPU UUIDs, or all",
+       .binding = ListField{SetDraDynamicMig, GetDraDynamicMig},
+       .nvidia = false},
+      {.path = "danqing.draDynamicMigDestroyOrphans",
+       .flag = "dra-dynamic-mig-destroy-orphans",
+       .env = "DANQING_DRA_DYNAMIC_MIG_DESTROY_ORPHANS",
+       .command_line = &CL::dra_dynamic_mig_destroy_orphans,
+       .help = "Destroy MIG instances on dynamic-MIG GPUs that no prepared claim holds",
+       .binding = BoolField{
+           [](Config& c) -> bool& { return c.danqing.dra_dynamic_mig_destroy_orphans; }},
        .nvidia = false},
       {.path = "danqing.nodeName",
        .flag = "node-name",

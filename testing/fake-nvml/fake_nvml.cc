@@ -39,6 +39,7 @@ using fake_nvml::State;
 #pragma GCC diagnostic ignored "-Wold-style-cast"
 [[maybe_unused]] constexpr unsigned kMemoryV2 = nvmlMemory_v2;  // unused in the legacy build
 [[maybe_unused]] constexpr unsigned kGpuInstanceProfileInfoV2 = nvmlGpuInstanceProfileInfo_v2;
+[[maybe_unused]] constexpr unsigned kGpuInstanceProfileInfoV3 = nvmlGpuInstanceProfileInfo_v3;
 #pragma GCC diagnostic pop
 
 constexpr unsigned long long kMiB = 1ULL << 20;
@@ -550,9 +551,16 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t devi
     if (migDevice == nullptr || d.mig != nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (!d.gpu->mig_capable()) return NVML_ERROR_NOT_SUPPORTED;
     if (!d.gpu->mig_enabled()) return NVML_ERROR_INVALID_ARGUMENT;
-    if (index >= d.gpu->mig.devices.size()) return NVML_ERROR_NOT_FOUND;
-    *migDevice = state.mig_handle(d.index, d.gpu->mig.devices[index].uuid);
-    return NVML_SUCCESS;
+    // GPU instances without a compute instance are no MIG devices.
+    unsigned seen = 0;
+    for (const MigDevice& m : d.gpu->mig.devices) {
+      if (!m.has_compute_instance) continue;
+      if (seen++ == index) {
+        *migDevice = state.mig_handle(d.index, m.uuid);
+        return NVML_SUCCESS;
+      }
+    }
+    return NVML_ERROR_NOT_FOUND;
   });
 }
 
@@ -630,7 +638,7 @@ FAKE_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance
   DeviceRef d;
   if (const nvmlReturn_t rc = state.resolve(gpuInstance, __func__, d); rc != NVML_SUCCESS) return rc;
   if (computeInstance == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  if (id != d.mig->compute_instance_id) return NVML_ERROR_NOT_FOUND;
+  if (!d.mig->has_compute_instance || id != d.mig->compute_instance_id) return NVML_ERROR_NOT_FOUND;
   *computeInstance = state.compute_instance_handle(d.index, d.mig->gpu_instance_id, id);
   return NVML_SUCCESS;
 }
@@ -691,8 +699,27 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t dev
                                                                 nvmlGpuInstanceProfileInfo_v2_t* info) {
   return device_call(__func__, device, [=](DeviceRef& d) {
     if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    if (info->version != kGpuInstanceProfileInfoV2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     const MigProfile* p = nullptr;
+    if (info->version == kGpuInstanceProfileInfoV3) {
+      // Same size as v2, other layout: no isP2pSupported, a capability mask.
+      auto* v3 = reinterpret_cast<nvmlGpuInstanceProfileInfo_v3_t*>(info);
+      if (const nvmlReturn_t rc = find_gi_profile(d, profile, p); rc != NVML_SUCCESS) return rc;
+      *v3 = nvmlGpuInstanceProfileInfo_v3_t{};
+      v3->version = kGpuInstanceProfileInfoV3;
+      v3->id = p->id;
+      v3->sliceCount = p->slice_count;
+      v3->instanceCount = p->instance_count;
+      v3->multiprocessorCount = p->multiprocessor_count;
+      v3->copyEngineCount = p->copy_engine_count;
+      v3->decoderCount = p->decoder_count;
+      v3->encoderCount = p->encoder_count;
+      v3->jpegCount = p->jpeg_count;
+      v3->ofaCount = p->ofa_count;
+      v3->memorySizeMB = p->memory_mib;
+      copy_truncated(p->name, v3->name);
+      return NVML_SUCCESS;
+    }
+    if (info->version != kGpuInstanceProfileInfoV2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (const nvmlReturn_t rc = find_gi_profile(d, profile, p); rc != NVML_SUCCESS) return rc;
     *info = nvmlGpuInstanceProfileInfo_v2_t{};
     info->version = kGpuInstanceProfileInfoV2;

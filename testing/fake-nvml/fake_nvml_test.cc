@@ -75,7 +75,11 @@ constexpr unsigned kGpuInstanceProfileInfoV2 = nvmlGpuInstanceProfileInfo_v2;
   X(nvmlDeviceGetRetiredPagesPendingStatus) X(nvmlDeviceGetRemappedRows)                                    \
   X(nvmlDeviceGetComputeRunningProcesses) X(nvmlDeviceGetComputeRunningProcesses_v3)                        \
   X(nvmlDeviceGetProcessUtilization) X(nvmlEventSetCreate) X(nvmlDeviceGetSupportedEventTypes)              \
-  X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait) X(nvmlEventSetWait_v2) X(nvmlEventSetFree)
+  X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait) X(nvmlEventSetWait_v2) X(nvmlEventSetFree)               \
+  X(nvmlDeviceGetGpuInstancePossiblePlacements_v2) X(nvmlDeviceCreateGpuInstanceWithPlacement)             \
+  X(nvmlDeviceGetGpuInstances) X(nvmlGpuInstanceDestroy) X(nvmlGpuInstanceGetComputeInstanceProfileInfo)   \
+  X(nvmlGpuInstanceGetComputeInstanceProfileInfoV) X(nvmlGpuInstanceCreateComputeInstance)                 \
+  X(nvmlComputeInstanceDestroy)
 
 struct Library {
   void* handle = nullptr;
@@ -1499,6 +1503,252 @@ TEST(FakeNvmlSymbols, LegacyLibraryLacksNewerEntryPoints) {
   nvmlPciInfo_t remote{};
   EXPECT_EQ(old.nvmlDeviceGetNvLinkRemotePciInfo(h, 0, &remote), NVML_SUCCESS);
   EXPECT_STREQ(remote.busIdLegacy, "0000:C4:00.0");
+}
+
+// ===========================================================================
+// Creating and destroying MIG instances (mig_instances.cc).
+
+// A100-80GB driver profile ids (nvidia-smi mig -lgip).
+constexpr unsigned kGi1g10 = 19;
+constexpr unsigned kGi1g10me = 20;
+constexpr unsigned kGi1g20 = 15;
+constexpr unsigned kGi2g20 = 14;
+constexpr unsigned kGi3g40 = 9;
+constexpr unsigned kGi4g40 = 5;
+constexpr unsigned kGi7g80 = 0;
+
+std::vector<std::pair<unsigned, unsigned>> placements_of(nvmlDevice_t d, unsigned profile_id) {
+  unsigned count = 0;
+  EXPECT_EQ(lib().nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, profile_id, nullptr, &count),
+            NVML_SUCCESS);
+  std::vector<nvmlGpuInstancePlacement_t> buffer(count);
+  EXPECT_EQ(
+      lib().nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, profile_id, buffer.data(), &count),
+      NVML_SUCCESS);
+  std::vector<std::pair<unsigned, unsigned>> out;
+  for (unsigned i = 0; i < count; ++i) out.emplace_back(buffer[i].start, buffer[i].size);
+  return out;
+}
+
+unsigned mig_device_count(nvmlDevice_t d) {
+  unsigned n = 0;
+  nvmlDevice_t mig = nullptr;
+  while (lib().nvmlDeviceGetMigDeviceHandleByIndex(d, n, &mig) == NVML_SUCCESS) ++n;
+  return n;
+}
+
+TEST(FakeNvmlMigInstances, PlacementsFollowTheA100Table) {
+  Session session(profile("a100-mig-mixed.json"));
+  ASSERT_EQ(session.rc(), NVML_SUCCESS);
+  using P = std::vector<std::pair<unsigned, unsigned>>;
+  for (unsigned gpu : {0U, 3U}) {  // MIG on and off: placements do not depend on the mode
+    const nvmlDevice_t d = device(gpu);
+    EXPECT_EQ(placements_of(d, kGi1g10),
+              (P{{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}));
+    EXPECT_EQ(placements_of(d, kGi1g10me),
+              (P{{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}));
+    EXPECT_EQ(placements_of(d, kGi1g20), (P{{0, 2}, {2, 2}, {4, 2}, {6, 2}}));
+    EXPECT_EQ(placements_of(d, kGi2g20), (P{{0, 2}, {2, 2}, {4, 2}}));
+    EXPECT_EQ(placements_of(d, kGi3g40), (P{{0, 4}, {4, 4}}));
+    EXPECT_EQ(placements_of(d, kGi4g40), (P{{0, 4}}));
+    EXPECT_EQ(placements_of(d, kGi7g80), (P{{0, 8}}));
+  }
+  const nvmlDevice_t d = device(0);
+  unsigned count = 1;
+  nvmlGpuInstancePlacement_t one[1];
+  EXPECT_EQ(lib().nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, kGi1g10, one, &count),
+            NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(count, 7U);
+  EXPECT_EQ(lib().nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 99, nullptr, &count),
+            NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(lib().nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, kGi1g10, nullptr, nullptr),
+            NVML_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(FakeNvmlMigInstances, ProfileInfoV3HasTheV3Layout) {
+  Session session(profile("a100-mig-mixed.json"));
+  ASSERT_EQ(session.rc(), NVML_SUCCESS);
+  nvmlGpuInstanceProfileInfo_v3_t v3{};
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+  v3.version = nvmlGpuInstanceProfileInfo_v3;
+#pragma GCC diagnostic pop
+  ASSERT_EQ(lib().nvmlDeviceGetGpuInstanceProfileInfoV(
+                device(0), NVML_GPU_INSTANCE_PROFILE_3_SLICE,
+                reinterpret_cast<nvmlGpuInstanceProfileInfo_v2_t*>(&v3)),
+            NVML_SUCCESS);
+  EXPECT_EQ(v3.id, kGi3g40);
+  EXPECT_EQ(v3.sliceCount, 3U);
+  EXPECT_EQ(v3.instanceCount, 2U);
+  EXPECT_STREQ(v3.name, "MIG 3g.40gb");
+  EXPECT_EQ(v3.capabilities, 0U);
+}
+
+TEST(FakeNvmlMigInstances, CreateUseAndDestroy) {
+  const std::string socket = temp_path(".sock");
+  Session session(profile("a100-mig-mixed.json"), socket);
+  ASSERT_EQ(session.rc(), NVML_SUCCESS);
+  ControlClient control(socket);
+  control.ok({{"cmd", "mig"}, {"gpu", 2}, {"mig", {{"mode", 1}, {"devices", json::array()}}}});
+  const nvmlDevice_t d = device(2);
+  nvmlEventSet_t set = nullptr;
+  ASSERT_EQ(lib().nvmlEventSetCreate(&set), NVML_SUCCESS);
+  ASSERT_EQ(lib().nvmlDeviceRegisterEvents(d, nvmlEventMigConfigChange, set), NVML_SUCCESS);
+
+  nvmlGpuInstance_t gi = nullptr;
+  nvmlGpuInstancePlacement_t at4{4, 4};
+  ASSERT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi3g40, &at4, &gi), NVML_SUCCESS);
+  nvmlEventData_t event{};
+  ASSERT_EQ(lib().nvmlEventSetWait_v2(set, &event, 1000), NVML_SUCCESS);
+  EXPECT_EQ(event.eventType, nvmlEventMigConfigChange);
+  EXPECT_EQ(mig_device_count(d), 0U)
+      << "a GPU instance without a compute instance is no MIG device";
+
+  nvmlGpuInstanceInfo_t info{};
+  ASSERT_EQ(lib().nvmlGpuInstanceGetInfo(gi, &info), NVML_SUCCESS);
+  EXPECT_EQ(info.profileId, kGi3g40);
+  EXPECT_EQ(info.placement.start, 4U);
+  EXPECT_EQ(info.placement.size, 4U);
+  nvmlGpuInstance_t listed[2] = {};
+  unsigned listed_count = 0;
+  ASSERT_EQ(lib().nvmlDeviceGetGpuInstances(d, kGi3g40, listed, &listed_count), NVML_SUCCESS);
+  EXPECT_EQ(listed_count, 1U);
+  EXPECT_EQ(listed[0], gi);
+
+  // Overlapping, misaligned and unknown.
+  nvmlGpuInstance_t other = nullptr;
+  nvmlGpuInstancePlacement_t p2g_at4{4, 2};
+  EXPECT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi2g20, &p2g_at4, &other),
+            NVML_ERROR_INSUFFICIENT_RESOURCES);
+  nvmlGpuInstancePlacement_t p2g_at1{1, 2};
+  EXPECT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi2g20, &p2g_at1, &other),
+            NVML_ERROR_INVALID_ARGUMENT);
+  nvmlGpuInstancePlacement_t at0{0, 4};
+  EXPECT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, 99, &at0, &other),
+            NVML_ERROR_INVALID_ARGUMENT);
+  nvmlGpuInstancePlacement_t whole{0, 8};
+  EXPECT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi7g80, &whole, &other),
+            NVML_ERROR_INSUFFICIENT_RESOURCES);
+
+  // Compute instance: only the profile spanning the GPU instance.
+  nvmlComputeInstanceProfileInfo_t ci_info{};
+  EXPECT_EQ(lib().nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+                NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &ci_info),
+            NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(lib().nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi, NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE, 7, &ci_info),
+            NVML_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(lib().nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi, NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
+                NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &ci_info),
+            NVML_SUCCESS);
+  EXPECT_EQ(ci_info.sliceCount, 3U);
+  nvmlComputeInstanceProfileInfo_v2_t ci_v2{};
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+  ci_v2.version = nvmlComputeInstanceProfileInfo_v2;
+#pragma GCC diagnostic pop
+  ASSERT_EQ(lib().nvmlGpuInstanceGetComputeInstanceProfileInfoV(
+                gi, NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
+                NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &ci_v2),
+            NVML_SUCCESS);
+  EXPECT_STREQ(ci_v2.name, "MIG 3c.3g.40gb");
+  ci_v2.version = 1;
+  EXPECT_EQ(lib().nvmlGpuInstanceGetComputeInstanceProfileInfoV(
+                gi, NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
+                NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &ci_v2),
+            NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+
+  nvmlComputeInstance_t ci = nullptr;
+  ASSERT_EQ(lib().nvmlGpuInstanceCreateComputeInstance(gi, ci_info.id, &ci), NVML_SUCCESS);
+  nvmlComputeInstance_t second = nullptr;
+  EXPECT_EQ(lib().nvmlGpuInstanceCreateComputeInstance(gi, ci_info.id, &second),
+            NVML_ERROR_INSUFFICIENT_RESOURCES);
+  ASSERT_EQ(mig_device_count(d), 1U);
+  nvmlDevice_t mig = nullptr;
+  ASSERT_EQ(lib().nvmlDeviceGetMigDeviceHandleByIndex(d, 0, &mig), NVML_SUCCESS);
+  EXPECT_EQ(uuid_of(mig).rfind("MIG-", 0), 0U);
+  unsigned gi_id = 0;
+  ASSERT_EQ(lib().nvmlDeviceGetGpuInstanceId(mig, &gi_id), NVML_SUCCESS);
+  EXPECT_EQ(gi_id, info.id);
+
+  // A second instance beside it.
+  nvmlGpuInstance_t gi4 = nullptr;
+  ASSERT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi4g40, &at0, &gi4), NVML_SUCCESS);
+  EXPECT_NE(gi4, gi);
+
+  // Destroy order: the compute instance first; processes block both.
+  EXPECT_EQ(lib().nvmlGpuInstanceDestroy(gi), NVML_ERROR_IN_USE);
+  control.ok(
+      {{"cmd", "processes"},
+       {"gpu", 2},
+       {"processes",
+        json::array({{{"pid", 77}, {"used_memory_mib", 10}, {"gpu_instance_id", info.id}}})}});
+  EXPECT_EQ(lib().nvmlComputeInstanceDestroy(ci), NVML_ERROR_IN_USE);
+  control.ok({{"cmd", "processes"}, {"gpu", 2}, {"processes", json::array()}});
+  ASSERT_EQ(lib().nvmlComputeInstanceDestroy(ci), NVML_SUCCESS);
+  EXPECT_EQ(lib().nvmlComputeInstanceDestroy(ci), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(mig_device_count(d), 0U);
+  ASSERT_EQ(lib().nvmlGpuInstanceDestroy(gi), NVML_SUCCESS);
+  EXPECT_EQ(lib().nvmlGpuInstanceGetInfo(gi, &info), NVML_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(lib().nvmlGpuInstanceDestroy(gi4), NVML_SUCCESS);
+  // The slices are free again: the whole GPU fits.
+  ASSERT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi7g80, &whole, &other),
+            NVML_SUCCESS);
+  EXPECT_EQ(lib().nvmlGpuInstanceDestroy(other), NVML_SUCCESS);
+  EXPECT_EQ(lib().nvmlEventSetFree(set), NVML_SUCCESS);
+}
+
+TEST(FakeNvmlMigInstances, InstanceCountAndMigModeLimitCreation) {
+  const std::string socket = temp_path(".sock");
+  Session session(profile("a100-mig-mixed.json"), socket);
+  ASSERT_EQ(session.rc(), NVML_SUCCESS);
+  ControlClient control(socket);
+  nvmlGpuInstance_t gi = nullptr;
+  nvmlGpuInstancePlacement_t at0{0, 1};
+  // GPU 3 is not in MIG mode.
+  EXPECT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(device(3), kGi1g10, &at0, &gi),
+            NVML_ERROR_NOT_SUPPORTED);
+  control.ok({{"cmd", "mig"}, {"gpu", 2}, {"mig", {{"mode", 1}, {"devices", json::array()}}}});
+  const nvmlDevice_t d = device(2);
+  // 1g.10gb+me exists once per GPU (the one OFA).
+  ASSERT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi1g10me, &at0, &gi), NVML_SUCCESS);
+  nvmlGpuInstance_t again = nullptr;
+  nvmlGpuInstancePlacement_t at1{1, 1};
+  EXPECT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi1g10me, &at1, &again),
+            NVML_ERROR_INSUFFICIENT_RESOURCES);
+  // The GPU leaves MIG mode under the caller: its instance handles go stale.
+  control.ok({{"cmd", "mig"}, {"gpu", 2}, {"mig", {{"mode", 0}}}});
+  nvmlGpuInstanceInfo_t info{};
+  EXPECT_EQ(lib().nvmlGpuInstanceGetInfo(gi, &info), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(lib().nvmlGpuInstanceDestroy(gi), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi1g10, &at1, &again),
+            NVML_ERROR_NOT_SUPPORTED);
+}
+
+TEST(FakeNvmlMigInstances, ComputeInstanceCreateFailsAfterTheGpuInstanceExists) {
+  const std::string socket = temp_path(".sock");
+  Session session(profile("a100-mig-mixed.json"), socket);
+  ASSERT_EQ(session.rc(), NVML_SUCCESS);
+  ControlClient control(socket);
+  control.ok({{"cmd", "mig"}, {"gpu", 2}, {"mig", {{"mode", 1}, {"devices", json::array()}}}});
+  control.ok({{"cmd", "fail"},
+              {"gpu", 2},
+              {"function", "nvmlGpuInstanceCreateComputeInstance"},
+              {"error", "INSUFFICIENT_RESOURCES"}});
+  const nvmlDevice_t d = device(2);
+  nvmlGpuInstance_t gi = nullptr;
+  nvmlGpuInstancePlacement_t at0{0, 2};
+  ASSERT_EQ(lib().nvmlDeviceCreateGpuInstanceWithPlacement(d, kGi2g20, &at0, &gi), NVML_SUCCESS);
+  nvmlComputeInstance_t ci = nullptr;
+  EXPECT_EQ(
+      lib().nvmlGpuInstanceCreateComputeInstance(gi, NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE, &ci),
+      NVML_ERROR_INSUFFICIENT_RESOURCES);
+  const json state = control.ok({{"cmd", "get"}, {"gpu", 2}});
+  EXPECT_EQ(state["gpu"]["mig"]["devices"].size(), 1U) << "the GPU instance stays until destroyed";
+  EXPECT_EQ(lib().nvmlGpuInstanceDestroy(gi), NVML_SUCCESS);
+  EXPECT_EQ(control.ok({{"cmd", "get"}, {"gpu", 2}})["gpu"]["mig"]["devices"].size(), 0U);
 }
 
 }  // namespace

@@ -112,6 +112,9 @@ struct MigDevice {
   unsigned compute_instance_id = 0;
   std::string uuid;  // "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
   unsigned placement_start = 0;  // in memory slices
+  // False for a GPU instance created through NVML whose compute instance is
+  // not (yet) created: it is no MIG device (no handle, not enumerated).
+  bool has_compute_instance = true;
 };
 
 struct MigConfig {

@@ -175,7 +175,9 @@ nvmlReturn_t State::resolve(nvmlDevice_t handle, std::string_view function, Devi
     // A MIG handle outlives its device across a "mig" reconfiguration; it
     // becomes valid again if a device with the same UUID comes back.
     const MigDevice* device = gpu.find_mig_by_uuid(handle->mig_uuid);
-    if (device == nullptr || !gpu.mig_enabled()) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device == nullptr || !gpu.mig_enabled() || !device->has_compute_instance) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
     out.mig = device;
     out.mig_index = static_cast<unsigned>(device - gpu.mig.devices.data());
   }
@@ -198,7 +200,8 @@ nvmlReturn_t State::resolve(nvmlComputeInstance_t handle, std::string_view funct
   Gpu& gpu = node_->gpus[handle->gpu];
   if (const nvmlReturn_t rc = gpu_gate(gpu, function); rc != NVML_SUCCESS) return rc;
   const MigDevice* device = gpu.find_mig_by_gi(handle->gpu_instance_id);
-  if (device == nullptr || !gpu.mig_enabled() || device->compute_instance_id != handle->compute_instance_id) {
+  if (device == nullptr || !gpu.mig_enabled() || !device->has_compute_instance ||
+      device->compute_instance_id != handle->compute_instance_id) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
   out = DeviceRef{gpu_handle(handle->gpu), handle->gpu, &gpu, device,

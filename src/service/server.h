@@ -44,6 +44,7 @@
 #include "service/metrics.h"
 #include "service/pipeline.h"
 #include "service/render_queue.h"
+#include "video/writing_video.h"
 
 namespace danqing::http {
 class BoundedServer;
@@ -181,6 +182,10 @@ class Server {
   // GET .../writing, .../background, .../video (issue 28; server_writing.cc).
   void WritingRoutes(http::BoundedServer& s);
   std::atomic<size_t> videos_in_flight_{0};
+  // Whether this pod's GPU has NVENC (probed once, logged).
+  const video::NvencSupport& Nvenc();
+  std::once_flag nvenc_once_;
+  video::NvencSupport nvenc_;
   void ProbeRoutes(http::BoundedServer& s);
   void Store(const std::string& id, std::shared_ptr<const Stored> stored);
   std::shared_ptr<const Stored> Find(const std::string& id) const;

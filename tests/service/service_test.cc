@@ -43,6 +43,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -445,6 +446,38 @@ TEST(ServiceVideoTest, EncoderFailureMidStreamIs500AndNothingIsKept) {
               std::string::npos)
         << e.path();
   }
+}
+
+// Issue 28: a video asked for an inscription the cache no longer holds (one
+// entry kept, a newer inscription took its place) is a 404 naming why, and
+// nothing is encoded for it; the newer one's video is served.
+TEST(ServiceVideoTest, EvictedInscriptionIs404) {
+  auto r = CreateInscriptionRenderer({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ServerOptions o = SmallOptions();
+  o.result_cache_entries = 1;
+  Service svc(r->get(), o);
+  auto c = svc.Client();
+  const std::string photo = Photo("rocket.jpg");
+  auto post = [&] {
+    auto res = c.Post("/v1/inscriptions?width=320&height=256&writing=true",
+                      httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
+    EXPECT_TRUE(res && res->status == 200);
+    return res ? json::parse(res->body, nullptr, false)["id"].get<std::string>() : "";
+  };
+  const std::string evicted = post();
+  const std::string kept = post();
+  ASSERT_FALSE(evicted.empty());
+  auto gone = c.Get(("/v1/inscriptions/" + evicted + "/video?fps=10&seconds=2").c_str());
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 404) << gone->body;
+  EXPECT_THAT(json::parse(gone->body, nullptr, false).value("error", ""),
+              HasSubstr("no recent inscription"));
+  EXPECT_THAT(svc.metrics().Render(), Not(HasSubstr("danqing_videos_total{encoder=\"libx264\"")));
+  auto v = c.Get(("/v1/inscriptions/" + kept + "/video?fps=10&seconds=2").c_str());
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->status, 200) << v->body;
+  EXPECT_EQ(v->body.substr(4, 4), "ftyp");
 }
 
 // Issue 28: a video runs on a render worker, and at most half the workers

@@ -448,6 +448,58 @@ TEST(ServiceVideoTest, EncoderFailureMidStreamIs500AndNothingIsKept) {
   }
 }
 
+// The real renderer, reported as the CUDA backend on a named GPU (what the
+// service sees on a GPU node).
+class NamedGpuRenderer final : public InscriptionRenderer {
+ public:
+  NamedGpuRenderer(const InscriptionRenderer* real, Gpu gpu) : real_(real), gpu_(std::move(gpu)) {}
+  Result<image::Image> Render(const InscriptionJob& job, RenderOutcome* outcome) const override {
+    auto r = real_->Render(job, outcome);
+    if (outcome != nullptr) *outcome = {"cuda", ""};
+    return r;
+  }
+  bool CanRender(char32_t c) const override { return real_->CanRender(c); }
+  std::string Backend() const override { return "cuda"; }
+  Gpu RenderGpu() const override { return gpu_; }
+
+ private:
+  const InscriptionRenderer* real_;
+  Gpu gpu_;
+};
+
+// Issue 28: after a CUDA render, a GPU without NVENC (H200) encodes with
+// libx264 without trying NVENC, counted as reason="no_nvenc"; one with NVENC
+// (L4) tries it first (here, without an NVIDIA driver, it does not open: the
+// video still comes, counted as reason="open_failed").
+TEST(ServiceVideoTest, NvencOnlyOnAGpuThatHasOne) {
+  auto real = CreateInscriptionRenderer({});
+  ASSERT_TRUE(real.ok()) << real.status().ToString();
+  const std::string photo = Photo("rocket.jpg");
+  for (const auto& [gpu, reason] :
+       {std::pair{InscriptionRenderer::Gpu{"NVIDIA H200", 9, 0}, "no_nvenc"},
+        std::pair{InscriptionRenderer::Gpu{"NVIDIA L4", 8, 9}, "open_failed"}}) {
+    NamedGpuRenderer renderer(real->get(), gpu);
+    Service svc(&renderer, SmallOptions());
+    auto c = svc.Client();
+    auto res = c.Post("/v1/inscriptions?width=320&height=256&writing=true",
+                      httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const json j = json::parse(res->body);
+    EXPECT_EQ(j["backend"], "cuda");
+    const std::string id = j["id"];
+    auto v = c.Get(("/v1/inscriptions/" + id + "/video?fps=10&seconds=2").c_str());
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->status, 200) << gpu.name << ": " << v->body;
+    const std::string m = svc.metrics().Render();
+    EXPECT_THAT(m, HasSubstr("danqing_video_nvenc_fallbacks_total{reason=\"" + std::string(reason) +
+                             "\"} 1"))
+        << gpu.name;
+    EXPECT_THAT(m, HasSubstr("danqing_videos_total{encoder=\"libx264\",result=\"ok\"} 1"))
+        << gpu.name;
+  }
+}
+
 // Issue 28: a video asked for an inscription the cache no longer holds (one
 // entry kept, a newer inscription took its place) is a 404 naming why, and
 // nothing is encoded for it; the newer one's video is served.

@@ -11,15 +11,25 @@
 // inscription, and the share of the wall time in which at least one render
 // ran (on a GPU backend: the GPU busy share, as danqing_gpu_busy_ratio).
 //
+// With --device-ms D (and --workers, --seconds): the service's RenderQueue
+// instead, saturated, with a stand-in device whose render takes D ms of
+// waiting (no CPU), as a GPU render does from the host's side: once with the
+// host stages of the next request run while the current one renders
+// (SubmitPrepared, the service's path) and once with them before the render
+// on the worker (SubmitStaged with RunToCanvas, the path before); it prints
+// inscriptions/s and the device busy share of each.
+//
 //   build/default/bench/pipeline_bench [--runs 5] [--photo FILE] [--size WxH]
 //       [--backend cpu|gpu|auto] [--cascade-dir DIR]
-//       [--workers N --seconds S --background B --format F]
+//       [--workers N --seconds S --background B --format F [--device-ms D]]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -31,6 +41,7 @@
 #include "service/inscription_renderer.h"
 #include "service/metrics.h"
 #include "service/pipeline.h"
+#include "service/render_queue.h"
 #include "verse/corpus.h"
 #include "verse/selector.h"
 
@@ -105,6 +116,114 @@ void Throughput(const service::Pipeline& pipeline, std::span<const uint8_t> byte
       renders.Ratio(end, false), renders.Ratio(end, true), backend.c_str());
 }
 
+// A device that takes `ms` per render and no host CPU (it waits), drawing a
+// blank canvas: the host's view of a GPU render.
+class StandInDevice final : public service::InscriptionRenderer {
+ public:
+  StandInDevice(const service::InscriptionRenderer* real, double ms) : real_(real), ms_(ms) {}
+  Result<image::Image> Render(const service::InscriptionJob& job,
+                              service::RenderOutcome* outcome) const override {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_));
+    if (outcome != nullptr) *outcome = {"stand-in", ""};
+    return image::Image::Filled(job.width, job.height);
+  }
+  bool CanRender(char32_t c) const override { return real_->CanRender(c); }
+  std::string Backend() const override { return "stand-in"; }
+
+ private:
+  const service::InscriptionRenderer* real_;
+  double ms_;
+};
+
+// The queue saturated for `seconds` (at most 3 jobs per worker admitted),
+// with or without the host stages overlapping the render before.
+void QueueThroughput(const service::Pipeline& pipeline, std::span<const uint8_t> bytes,
+                     const service::InscribeOptions& o, int workers, double seconds, bool overlap) {
+  using Clock = std::chrono::steady_clock;
+  std::mutex mu;
+  std::condition_variable done_cv;
+  size_t admitted = 0, done = 0;  // guarded by mu
+  service::BusyWindow renders(std::chrono::hours(1));
+  std::atomic<bool> failed{false};
+  const size_t cap = static_cast<size_t>(workers) * 3;
+  const auto finish = [&](const Result<service::InscriptionResult>& r) {
+    if (!r.ok()) {
+      std::fprintf(stderr, "pipeline_bench: %s\n", r.status().ToString().c_str());
+      failed = true;
+    } else {
+      renders.Record(r->render_began, r->render_ended, true);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    ++done;
+    done_cv.notify_all();
+  };
+  const auto encode = [&](std::shared_ptr<service::Pipeline::Rendered> canvas) {
+    return [&, canvas] { finish(pipeline.Encode(std::move(*canvas))); };
+  };
+  size_t at_stop = 0;
+  Clock::time_point end;
+  {
+    service::RenderQueue q(static_cast<size_t>(workers), cap, nullptr);
+    const auto start = Clock::now();
+    const auto stop =
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    const auto far = start + std::chrono::hours(1);
+    while (Clock::now() < stop && !failed) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        done_cv.wait(lock, [&] { return admitted - done < cap; });
+        ++admitted;
+      }
+      service::RenderQueue::Admit a;
+      if (overlap) {
+        a = q.SubmitPrepared(
+            [&]() -> service::RenderQueue::Render {
+              auto p = pipeline.Prepare(bytes, o);
+              if (!p.ok()) {
+                finish(p.status());
+                return nullptr;
+              }
+              auto held = std::make_shared<service::Pipeline::Prepared>(std::move(p).value());
+              return [&, held]() -> service::RenderQueue::Rest {
+                auto r = pipeline.Render(std::move(*held));
+                if (!r.ok()) {
+                  finish(r.status());
+                  return nullptr;
+                }
+                return encode(std::make_shared<service::Pipeline::Rendered>(std::move(r).value()));
+              };
+            },
+            [] {}, far);
+      } else {
+        a = q.SubmitStaged(
+            [&]() -> service::RenderQueue::Rest {
+              auto r = pipeline.RunToCanvas(bytes, o);
+              if (!r.ok()) {
+                finish(r.status());
+                return nullptr;
+              }
+              return encode(std::make_shared<service::Pipeline::Rendered>(std::move(r).value()));
+            },
+            [] {}, far);
+      }
+      if (a != service::RenderQueue::Admit::kAccepted) Die("the queue refused a job");
+    }
+    end = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      at_stop = done;
+    }
+    const double wall = std::chrono::duration<double>(end - start).count();
+    std::printf(
+        "queue: %s, %d workers, stand-in device, %.1f s: %zu inscriptions, %.2f /s, device busy "
+        "share %.3f\n",
+        overlap ? "host stages overlap the render (SubmitPrepared)"
+                : "host stages before the render on the worker (SubmitStaged)",
+        workers, wall, at_stop, static_cast<double>(at_stop) / wall, renders.Ratio(end, true));
+  }  // the queue drains what is left
+  if (failed) std::exit(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,7 +232,7 @@ int main(int argc, char** argv) {
   int width = 1920, height = 1080;
   std::string backend = "cpu", cascade_dir, one_background = "landscape", one_format = "auto";
   int workers = 0;
-  double seconds = 10;
+  double seconds = 10, device_ms = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--backend" && i + 1 < argc) {
@@ -126,6 +245,8 @@ int main(int argc, char** argv) {
       one_format = argv[++i];
     } else if (a == "--workers" && i + 1 < argc) {
       workers = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--device-ms" && i + 1 < argc) {
+      device_ms = std::max(0.0, std::atof(argv[++i]));
     } else if (a == "--seconds" && i + 1 < argc) {
       seconds = std::max(0.1, std::atof(argv[++i]));
     } else if (a == "--runs" && i + 1 < argc) {
@@ -136,7 +257,8 @@ int main(int argc, char** argv) {
       if (std::sscanf(argv[++i], "%dx%d", &width, &height) != 2) Die("--size WxH");
     } else {
       Die("usage: pipeline_bench [--runs N] [--photo FILE] [--size WxH] [--backend B] "
-          "[--cascade-dir DIR] [--workers N --seconds S --background B --format F]");
+          "[--cascade-dir DIR] [--workers N --seconds S --background B --format F "
+          "[--device-ms D]]");
     }
   }
   auto small = image::ReadFile(photo_path);
@@ -169,6 +291,14 @@ int main(int argc, char** argv) {
     if (Status st = pipeline.Validate(o); !st.ok()) Die(st.ToString());
     std::printf("pipeline_bench: photo 2560x1600 JPEG (%zu bytes, from %s)\n", big->size(),
                 photo_path.c_str());
+    if (device_ms >= 0) {
+      StandInDevice device(renderer->get(), device_ms);
+      service::Pipeline stand_in(perceiver->get(), &selector, &device, limits);
+      std::printf("stand-in device: %.1f ms per render\n", device_ms);
+      QueueThroughput(stand_in, bytes, o, workers, seconds, false);
+      QueueThroughput(stand_in, bytes, o, workers, seconds, true);
+      return 0;
+    }
     Throughput(pipeline, bytes, o, workers, seconds);
     return 0;
   }

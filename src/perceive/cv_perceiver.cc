@@ -227,7 +227,12 @@ class CvPerceiver final : public Perceiver {
     // 10 or 20%; 20% takes half the time); cats in steps of 10% (5% took
     // twice as long for the same cats; 15% or 20% lost chelsea.jpg's).
     c->face.detectMultiScale(eq, faces, 1.2, 5, 0, cv::Size(min_face, min_face));
-    c->cat.detectMultiScale(gray, cats, 1.1, 3, 0, cv::Size(min_cat, min_cat));
+    // Cat faces only in a photo without a human face: the Haar cat cascade is
+    // three quarters of a perception (~17 of 24 ms CPU on the 320 px copy),
+    // and with a face in view the themes are the portrait's (ScoreThemes), so
+    // a portrait no longer pays for it. What is given up: a cat beside a
+    // person is not counted (docs/benchmarks.md, "third steps").
+    if (faces.empty()) c->cat.detectMultiScale(gray, cats, 1.1, 3, 0, cv::Size(min_cat, min_cat));
     f->faces = static_cast<int>(faces.size());
     double area = 0;
     for (const auto& r : faces) area += r.area();

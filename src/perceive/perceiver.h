@@ -56,7 +56,7 @@ struct SceneFeatures {
   int vessels = 0;          // large circles (cup, bowl, plate rims) from a Hough transform
   int faces = 0;            // human frontal faces
   double face_area = 0;     // fraction of the image covered by faces
-  int cat_faces = 0;        // cat faces
+  int cat_faces = 0;        // cat faces; only looked for when faces == 0
   std::vector<PaletteColor> palette;  // dominant colours, largest first
 };
 

@@ -28,6 +28,7 @@ struct CudaProbe {
   int devices = 0;        // cudaGetDeviceCount
   std::string error;      // why there are none (cudaGetDeviceCount's error), if any
   std::string name;       // device 0's name, when there is one
+  int major = 0, minor = 0;  // device 0's compute capability (0.0: unknown)
 };
 inline namespace DANQING_CUDA_BACKEND_NS {
 CudaProbe ProbeCuda();  // passes_cuda.cu, or the stub without CUDA

@@ -791,6 +791,8 @@ CudaProbe ProbeCuda() {
   cudaDeviceProp prop{};
   if (n > 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
     p.name = prop.name;
+    p.major = prop.major;
+    p.minor = prop.minor;
   }
   return p;
 }

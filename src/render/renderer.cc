@@ -417,6 +417,9 @@ Result<std::unique_ptr<Renderer>> Renderer::Create(const RendererConfig& config)
       if (ctx.ok()) {
         r->cuda_ = std::move(ctx).value();
         r->backend_ = "cuda";
+        r->gpu_name_ = probe.name;
+        r->gpu_cc_major_ = probe.major;
+        r->gpu_cc_minor_ = probe.minor;
         r->backend_reason_ += ", device memory budget " + std::to_string(r->cuda_->budget_bytes() >> 20) + " MiB";
       } else if (*choice == BackendChoice::kGpu) {
         return ctx.status().WithContext("render backend gpu requested");

@@ -180,6 +180,11 @@ class Renderer {
   // The backend chosen at Create ("cpu", "cuda") and why, as logged.
   const std::string& backend() const { return backend_; }
   const std::string& backend_reason() const { return backend_reason_; }
+  // The GPU the CUDA backend renders on (name, compute capability), as the
+  // CUDA runtime reported it at Create; empty name without one.
+  const std::string& gpu_name() const { return gpu_name_; }
+  int gpu_cc_major() const { return gpu_cc_major_; }
+  int gpu_cc_minor() const { return gpu_cc_minor_; }
   // Empty, or why the GPU's CUDA context is unusable (renders then run on the
   // CPU until the process is restarted).
   std::string gpu_lost() const;
@@ -216,6 +221,8 @@ class Renderer {
   float form_scale_[3] = {1, 1, 1};  // per style: the forms' box scaled to the stroke data's size
   std::unique_ptr<Textures> textures_;
   std::string backend_ = "cpu", backend_reason_;
+  std::string gpu_name_;
+  int gpu_cc_major_ = 0, gpu_cc_minor_ = 0;
   std::unique_ptr<CudaContext> cuda_;
   std::function<Result<std::unique_ptr<Passes>>(const PassPlan&)> accelerator_;
 };

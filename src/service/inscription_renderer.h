@@ -60,6 +60,13 @@ class InscriptionRenderer {
   // Empty, or why the GPU can no longer be used by this process (a lost CUDA
   // context): the service's liveness probe then fails so the pod restarts.
   virtual std::string GpuLost() const { return ""; }
+  // The GPU the CUDA backend renders on: its name (empty: none) and compute
+  // capability (0.0: unknown), for what else it offers (NVENC, issue 28).
+  struct Gpu {
+    std::string name;
+    int major = 0, minor = 0;
+  };
+  virtual Gpu RenderGpu() const { return {}; }
 };
 
 struct RendererSettings {

@@ -162,8 +162,15 @@ Result<InscriptionResult> Pipeline::Run(std::span<const uint8_t> bytes,
 
 Result<Pipeline::Rendered> Pipeline::RunToCanvas(std::span<const uint8_t> bytes,
                                                  const InscribeOptions& o) const {
+  auto prepared = Prepare(bytes, o);
+  if (!prepared.ok()) return prepared.status();
+  return Render(std::move(prepared).value());
+}
+
+Result<Pipeline::Prepared> Pipeline::Prepare(std::span<const uint8_t> bytes,
+                                             const InscribeOptions& o) const {
   const auto start = Clock::now();
-  Rendered out;
+  Prepared out;
   out.start = start;
   out.jpeg = ResolveFormat(o.format) == "jpeg";
   InscriptionResult& r = out.result;
@@ -185,12 +192,13 @@ Result<Pipeline::Rendered> Pipeline::RunToCanvas(std::span<const uint8_t> bytes,
       DecodeSizeFor(r.photo_width, r.photo_height, perceiver_->AnalysisSide(), o);
   auto photo = image::DecodeAtLeast(bytes, need.width, need.height, limits_.image);
   if (!photo.ok()) return photo.status();
+  out.photo = std::move(photo).value();
   r.timings.decode_ms = Ms(t);
   r.timings.decode_cpu_ms = cpu_lap();
 
   t = Clock::now();
-  perceive::ImageView view{photo->width, photo->height, photo->rgb.data(),
-                           static_cast<size_t>(photo->width) * 3};
+  perceive::ImageView view{out.photo.width, out.photo.height, out.photo.rgb.data(),
+                           static_cast<size_t>(out.photo.width) * 3};
   auto perception = perceiver_->Perceive(view);
   if (!perception.ok()) return perception.status();
   r.perception = std::move(perception).value();
@@ -199,7 +207,7 @@ Result<Pipeline::Rendered> Pipeline::RunToCanvas(std::span<const uint8_t> bytes,
 
   t = Clock::now();
   const uint64_t seed = PhotoHash(bytes);
-  InscriptionJob job;
+  InscriptionJob& job = out.job;
   if (!o.text.empty()) {
     r.verse_source = "visitor";
     job.text = o.text;
@@ -226,15 +234,26 @@ Result<Pipeline::Rendered> Pipeline::RunToCanvas(std::span<const uint8_t> bytes,
   r.timings.verse_ms = Ms(t);
   r.timings.verse_cpu_ms = cpu_lap();
 
-  t = Clock::now();
   job.width = o.width;
   job.height = o.height;
   job.style = o.style;
   job.background = o.background;
   job.vertical = o.vertical;
   job.seed = seed;
-  job.photo = &photo.value();
   if (o.writing) job.writing = std::make_shared<WritingPlanes>();
+  return out;
+}
+
+Result<Pipeline::Rendered> Pipeline::Render(Prepared prepared) const {
+  Rendered out;
+  out.start = prepared.start;
+  out.jpeg = prepared.jpeg;
+  out.result = std::move(prepared.result);
+  InscriptionResult& r = out.result;
+  InscriptionJob& job = prepared.job;
+  job.photo = &prepared.photo;
+  const auto t = Clock::now();
+  const double cpu = ThreadCpuMs();
   RenderOutcome outcome;
   auto canvas = renderer_->Render(job, &outcome);
   if (!canvas.ok()) return canvas.status();
@@ -244,7 +263,7 @@ Result<Pipeline::Rendered> Pipeline::RunToCanvas(std::span<const uint8_t> bytes,
   r.render_ended = Clock::now();
   r.timings.render_ms =
       std::chrono::duration<double, std::milli>(r.render_ended - r.render_began).count();
-  r.timings.render_cpu_ms = cpu_lap();
+  r.timings.render_cpu_ms = ThreadCpuMs() - cpu;
   r.width = canvas->width;
   r.height = canvas->height;
   out.canvas = std::move(canvas).value();

@@ -106,6 +106,18 @@ class Pipeline {
   };
   Result<Rendered> RunToCanvas(std::span<const uint8_t> bytes,
                                const InscribeOptions& options) const;
+  // RunToCanvas in two parts, so the host work of the next request can run
+  // while the current one renders (RenderQueue::SubmitPrepared): the decode,
+  // the perception and the verse; then the render (on the render worker).
+  struct Prepared {
+    InscriptionResult result;  // all but the render's and encode's parts
+    image::Image photo;        // decoded to DecodeSizeFor
+    InscriptionJob job;        // all but `photo` (set by Render)
+    bool jpeg = true;
+    std::chrono::steady_clock::time_point start;  // of the decode
+  };
+  Result<Prepared> Prepare(std::span<const uint8_t> bytes, const InscribeOptions& options) const;
+  Result<Rendered> Render(Prepared prepared) const;
   Result<InscriptionResult> Encode(Rendered rendered) const;
 
   const PipelineLimits& limits() const { return limits_; }

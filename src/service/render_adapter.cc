@@ -46,6 +46,9 @@ class CalligraphyRenderer final : public InscriptionRenderer {
   bool CanRender(char32_t c) const override { return renderer_->CanRender(c); }
   std::string Backend() const override { return renderer_->backend(); }
   std::string GpuLost() const override { return renderer_->gpu_lost(); }
+  Gpu RenderGpu() const override {
+    return {renderer_->gpu_name(), renderer_->gpu_cc_major(), renderer_->gpu_cc_minor()};
+  }
 
  private:
   std::unique_ptr<render::Renderer> renderer_;

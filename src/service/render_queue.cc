@@ -13,19 +13,27 @@ RenderQueue::RenderQueue(size_t workers, size_t capacity, Metrics* metrics)
     metrics_->queue_capacity = static_cast<int64_t>(capacity);
   }
   for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(); });
+  for (size_t i = 0; i < workers; ++i) preparers_.emplace_back([this] { Prepare(); });
   for (size_t i = 0; i < workers; ++i) finishers_.emplace_back([this] { Finish(); });
 }
 
 RenderQueue::~RenderQueue() {
   std::deque<Job> left;
+  std::deque<Ready> left_ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = stopping_ = true;
     left.swap(jobs_);
+    left_ready.swap(ready_);
     if (metrics_) metrics_->queue_depth = 0;
   }
   cv_.notify_all();
+  prep_cv_.notify_all();
   for (auto& j : left) j.expired();
+  for (auto& r : left_ready) r.expired();
+  // A preparer busy with a job finishes it, sees the queue stopping and runs
+  // its `expired` instead of handing it on.
+  for (auto& t : preparers_) t.join();
   for (auto& t : threads_) t.join();
   // The workers are gone: the finishers run every rest still queued (each
   // answers a request), then stop.
@@ -50,16 +58,24 @@ RenderQueue::Admit RenderQueue::Submit(std::function<void()> run, std::function<
 RenderQueue::Admit RenderQueue::SubmitStaged(std::function<Rest()> run,
                                              std::function<void()> expired,
                                              Clock::time_point deadline) {
+  // Nothing to prepare: the preparer hands the job straight on.
+  return SubmitPrepared([run = std::move(run)]() mutable -> Render { return std::move(run); },
+                        std::move(expired), deadline);
+}
+
+RenderQueue::Admit RenderQueue::SubmitPrepared(std::function<Render()> prepare,
+                                               std::function<void()> expired,
+                                               Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return Admit::kClosed;
     // Free workers take jobs at once, so only waiting jobs count against capacity.
     const size_t idle = threads_.size() - std::min(threads_.size(), running_);
-    if (jobs_.size() >= capacity_ + idle) return Admit::kFull;
-    jobs_.push_back({std::move(run), std::move(expired), deadline});
-    if (metrics_) metrics_->queue_depth = static_cast<int64_t>(jobs_.size());
+    if (WaitingLocked() >= capacity_ + idle) return Admit::kFull;
+    jobs_.push_back({std::move(prepare), std::move(expired), deadline});
+    if (metrics_) metrics_->queue_depth = static_cast<int64_t>(WaitingLocked());
   }
-  cv_.notify_one();
+  prep_cv_.notify_one();
   return Admit::kAccepted;
 }
 
@@ -70,26 +86,34 @@ void RenderQueue::Close() {
 
 bool RenderQueue::WaitIdle(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return idle_cv_.wait_for(lock, timeout,
-                           [&] { return jobs_.empty() && running_ == 0 && finishing_ == 0; });
+  return idle_cv_.wait_for(
+      lock, timeout, [&] { return WaitingLocked() == 0 && running_ == 0 && finishing_ == 0; });
 }
 
 size_t RenderQueue::Abandon() {
   std::deque<Job> left;
+  std::deque<Ready> left_ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
     left.swap(jobs_);
-    if (metrics_) metrics_->queue_depth = 0;
+    left_ready.swap(ready_);
+    if (metrics_) metrics_->queue_depth = static_cast<int64_t>(preparing_);
   }
   for (auto& j : left) j.expired();
+  for (auto& r : left_ready) r.expired();
   idle_cv_.notify_all();
-  return left.size();
+  return left.size() + left_ready.size();
 }
 
 size_t RenderQueue::depth() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return jobs_.size();
+  return WaitingLocked();
+}
+
+size_t RenderQueue::preparing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return preparing_;
 }
 
 size_t RenderQueue::in_flight() const {
@@ -105,34 +129,78 @@ size_t RenderQueue::finishing() const {
 int RenderQueue::RetryAfterSeconds() const {
   std::lock_guard<std::mutex> lock(mu_);
   const double waves =
-      static_cast<double>(jobs_.size() + running_) / static_cast<double>(threads_.size());
+      static_cast<double>(WaitingLocked() + running_) / static_cast<double>(threads_.size());
   return std::max(1, static_cast<int>(std::ceil(waves * avg_job_seconds_)));
 }
 
-void RenderQueue::Work() {
+void RenderQueue::Prepare() {
   while (true) {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      // At most one job prepared ahead per worker.
+      prep_cv_.wait(lock, [&] {
+        return stopping_ || (!jobs_.empty() && ready_.size() + preparing_ < threads_.size());
+      });
       if (stopping_) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      ++preparing_;
+    }
+    const auto start = Clock::now();
+    Render render;
+    if (start >= job.deadline) {
+      job.expired();
+    } else {
+      render = job.prepare();
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    bool dropped = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --preparing_;
+      if (render && stopping_) {
+        dropped = true;
+      } else if (render) {
+        ready_.push_back({std::move(render), job.expired, job.deadline, secs});
+      }
+      if (metrics_) metrics_->queue_depth = static_cast<int64_t>(WaitingLocked());
+    }
+    if (dropped) job.expired();
+    cv_.notify_one();
+    prep_cv_.notify_one();  // a job that was not handed on left room ahead
+    idle_cv_.notify_all();
+  }
+}
+
+void RenderQueue::Work() {
+  while (true) {
+    Ready job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
+      if (stopping_) return;
+      job = std::move(ready_.front());
+      ready_.pop_front();
       ++running_;
       if (metrics_) {
-        metrics_->queue_depth = static_cast<int64_t>(jobs_.size());
+        metrics_->queue_depth = static_cast<int64_t>(WaitingLocked());
         metrics_->in_flight = static_cast<int64_t>(running_);
       }
     }
+    prep_cv_.notify_one();  // room for the next job to be prepared
     const auto start = Clock::now();
     const bool expired = start >= job.deadline;
     Rest rest;
     if (expired) {
       job.expired();
     } else {
-      rest = job.run();
+      rest = job.render();
     }
-    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    // A job's cost is its host part and its render (what RetryAfterSeconds
+    // counts a wave by).
+    const double secs =
+        job.prepare_seconds + std::chrono::duration<double>(Clock::now() - start).count();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (rest) {

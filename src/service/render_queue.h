@@ -8,6 +8,13 @@
 // finisher threads as workers, so the worker takes its next job at once
 // instead of encoding: on a GPU backend the worker is the device's feeder.
 //
+// A job may also begin with a host part (SubmitPrepared: decode, perceive,
+// verse) that runs on one of as many preparer threads as workers, ahead of
+// the render workers: while a worker renders job N, job N+1's host work runs,
+// so a worker (the GPU's feeder) finds its next job ready. At most `workers`
+// jobs are prepared ahead (each holds a decoded photo), so the stage is
+// bounded; jobs start preparing in the order they were admitted.
+//
 // Thread-safety: every method may be called from any thread. The destructor
 // closes the queue, runs `expired` for jobs still waiting, runs what is left
 // of the jobs already rendered and joins every thread.
@@ -44,6 +51,13 @@ class RenderQueue {
   using Rest = std::function<void()>;
   Admit SubmitStaged(std::function<Rest()> run, std::function<void()> expired,
                      Clock::time_point deadline);
+  // `prepare` on a preparer thread; the render it returns (if not empty) on
+  // a render worker, and that one's rest on a finisher. The deadline is
+  // checked before each of the first two; `expired` runs at most once, in
+  // place of what was left. Admission as Submit.
+  using Render = std::function<Rest()>;
+  Admit SubmitPrepared(std::function<Render()> prepare, std::function<void()> expired,
+                       Clock::time_point deadline);
 
   // Refuse new jobs (kClosed); jobs already accepted still run.
   void Close();
@@ -55,7 +69,8 @@ class RenderQueue {
   // running finish. The number taken out.
   size_t Abandon();
 
-  size_t depth() const;
+  size_t depth() const;      // admitted, not yet on a render worker
+  size_t preparing() const;  // on preparer threads
   size_t in_flight() const;  // on render workers
   size_t finishing() const;  // handed to the finishers, not yet done
   size_t workers() const { return threads_.size(); }
@@ -65,10 +80,19 @@ class RenderQueue {
 
  private:
   struct Job {
-    std::function<Rest()> run;
+    std::function<Render()> prepare;
     std::function<void()> expired;
     Clock::time_point deadline;
   };
+  struct Ready {
+    Render render;
+    std::function<void()> expired;
+    Clock::time_point deadline;
+    double prepare_seconds = 0;
+  };
+  // Admitted and not yet on a render worker. Caller holds mu_.
+  size_t WaitingLocked() const { return jobs_.size() + preparing_ + ready_.size(); }
+  void Prepare();
   void Work();
   void Finish();
 
@@ -77,7 +101,10 @@ class RenderQueue {
   mutable std::mutex mu_;
   std::condition_variable cv_;       // work arrived or stopping
   std::condition_variable idle_cv_;  // a job finished
-  std::deque<Job> jobs_;             // guarded by mu_
+  std::deque<Job> jobs_;             // guarded by mu_; waiting to be prepared
+  std::condition_variable prep_cv_;  // a job arrived, room ahead, or stopping
+  size_t preparing_ = 0;             // guarded by mu_
+  std::deque<Ready> ready_;          // guarded by mu_; prepared, for the workers
   std::deque<Rest> rests_;           // guarded by mu_; for the finishers
   std::condition_variable rest_cv_;  // a rest arrived or stopping
   size_t running_ = 0;               // guarded by mu_
@@ -86,6 +113,7 @@ class RenderQueue {
   bool stopping_ = false;            // guarded by mu_
   double avg_job_seconds_ = 1.0;     // EWMA, guarded by mu_
   bool finishers_stopping_ = false;  // guarded by mu_
+  std::vector<std::thread> preparers_;
   std::vector<std::thread> threads_;
   std::vector<std::thread> finishers_;
 };

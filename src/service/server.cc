@@ -170,7 +170,7 @@ struct Server::Pending {
   Result<InscriptionResult> result = Status(StatusCode::kInternal, "not run");  // guarded by mu
 
   // The first answer counts; a render that finishes after a cut-off is dropped.
-  void Finish(Result<InscriptionResult> r, bool cut = false) {
+  void Finish(Result<InscriptionResult>&& r, bool cut = false) {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (done) return;
@@ -320,13 +320,25 @@ std::shared_ptr<const Server::Stored> Server::FindOrFetch(const std::string& id)
   if (!store_) return nullptr;
   auto result = store_->GetResult(id);
   if (!result.ok()) return nullptr;
+  return Keep(id, std::move(result).value());
+}
+
+StoredInscription StoredAnswer(const std::string& id, InscriptionResult&& r,
+                               const std::string& default_backend) {
+  StoredInscription s;
+  s.json = InscriptionJson(id, r, r.backend.empty() ? default_backend : r.backend);
+  s.content_type = r.content_type;
+  s.image = std::move(r.image);
+  s.writing_png = std::move(r.writing_png);  // issue 28
+  s.background_jpeg = std::move(r.background_jpeg);
+  s.writing_end_ms = r.writing_end_ms;
+  return s;
+}
+
+std::shared_ptr<const Server::Stored> Server::Keep(const std::string& id,
+                                                   StoredInscription answer) {
   auto stored = std::make_shared<Stored>();
-  stored->json = std::move(result->json);
-  stored->image = std::move(result->image);
-  stored->content_type = std::move(result->content_type);
-  stored->writing_png = std::move(result->writing_png);
-  stored->background_jpeg = std::move(result->background_jpeg);
-  stored->writing_end_ms = result->writing_end_ms;
+  static_cast<StoredInscription&>(*stored) = std::move(answer);
   // The backend that rendered it (NVENC is tried only after a CUDA render).
   if (const auto j = nlohmann::json::parse(stored->json, nullptr, false);
       j.is_object() && j.contains("backend") && j["backend"].is_string()) {
@@ -335,6 +347,63 @@ std::shared_ptr<const Server::Stored> Server::FindOrFetch(const std::string& id)
   stored->videos = std::make_shared<VideoCache>();
   Store(id, stored);
   return stored;
+}
+
+void Server::ObserveInscription(const InscriptionResult& r) {
+  const auto& t = r.timings;
+  metrics_->ObserveStage("queue", t.queue_ms / 1000);
+  metrics_->ObserveStage("decode", t.decode_ms / 1000);
+  metrics_->ObserveStage("perceive", t.perceive_ms / 1000);
+  metrics_->ObserveStage("verse", t.verse_ms / 1000);
+  metrics_->ObserveStage("render", t.render_ms / 1000);
+  metrics_->ObserveStage("encode", t.encode_ms / 1000);
+  metrics_->ObserveRender(r.render_began, r.render_ended, r.backend);
+  metrics_->renders.Add("backend=\"" + r.backend + "\",gpu_fallback=\"" +
+                        (r.gpu_fallback ? "true" : "false") + "\"");
+}
+
+RenderQueue::Admit Server::SubmitInscription(std::shared_ptr<const std::string> photo,
+                                             const InscribeOptions& o,
+                                             std::function<void(Result<InscriptionResult>)> finish,
+                                             std::function<void()> expired, Clock::time_point start,
+                                             Clock::time_point deadline) {
+  return queue_->SubmitPrepared(
+      [this, photo, o, finish, start]() -> RenderQueue::Render {
+        const auto prepare_began = Clock::now();
+        auto prepared =
+            pipeline_->Prepare(std::span<const uint8_t>(
+                                   reinterpret_cast<const uint8_t*>(photo->data()), photo->size()),
+                               o);
+        if (!prepared.ok()) {
+          finish(prepared.status());
+          return nullptr;
+        }
+        const auto prepare_ended = Clock::now();
+        auto held = std::make_shared<Pipeline::Prepared>(std::move(prepared).value());
+        return [this, held, finish, start, prepare_began, prepare_ended]() -> RenderQueue::Rest {
+          const auto render_began = Clock::now();
+          auto rendered = pipeline_->Render(std::move(*held));
+          if (!rendered.ok()) {
+            finish(rendered.status());
+            return nullptr;
+          }
+          auto canvas = std::make_shared<Pipeline::Rendered>(std::move(rendered).value());
+          // Queue time: before the host stages began, and between their end
+          // and the render's start (the wait for a worker).
+          const double queue_ms = std::chrono::duration<double, std::milli>(
+                                      (prepare_began - start) + (render_began - prepare_ended))
+                                      .count();
+          return [this, canvas, finish, queue_ms] {
+            auto r = pipeline_->Encode(std::move(*canvas));
+            if (r.ok()) {
+              r->timings.queue_ms = queue_ms;
+              ObserveInscription(*r);
+            }
+            finish(std::move(r));
+          };
+        };
+      },
+      std::move(expired), deadline);
 }
 
 void Server::Routes() {
@@ -496,43 +565,17 @@ void Server::Routes() {
         self->pending_.erase(p);
       }
     } unregister{this, pending};
-    const auto finish = [pending](Result<InscriptionResult> r) { pending->Finish(std::move(r)); };
-    // The stages up to the render on a render worker; the encode, the
-    // metrics and the answer on a finisher thread (RenderQueue::SubmitStaged).
-    const auto admit = queue_->SubmitStaged(
-        [this, raw, o, finish, start]() -> RenderQueue::Rest {
-          const auto began = Clock::now();
-          auto rendered = pipeline_->RunToCanvas(
-              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()),
-              o);
-          if (!rendered.ok()) {
-            finish(rendered.status());
-            return nullptr;
-          }
-          auto held = std::make_shared<Pipeline::Rendered>(std::move(rendered).value());
-          return [this, held, finish, start, began] {
-            auto r = pipeline_->Encode(std::move(*held));
-            if (r.ok()) {
-              r->timings.queue_ms =
-                  std::chrono::duration<double, std::milli>(began - start).count();
-              const auto& t = r->timings;
-              metrics_->ObserveStage("queue", t.queue_ms / 1000);
-              metrics_->ObserveStage("decode", t.decode_ms / 1000);
-              metrics_->ObserveStage("perceive", t.perceive_ms / 1000);
-              metrics_->ObserveStage("verse", t.verse_ms / 1000);
-              metrics_->ObserveStage("render", t.render_ms / 1000);
-              metrics_->ObserveStage("encode", t.encode_ms / 1000);
-              metrics_->ObserveRender(r->render_began, r->render_ended, r->backend);
-              metrics_->renders.Add("backend=\"" + r->backend + "\",gpu_fallback=\"" +
-                                    (r->gpu_fallback ? "true" : "false") + "\"");
-            }
-            finish(std::move(r));
-          };
-        },
+    const std::function<void(Result<InscriptionResult>)> finish =
+        [pending](Result<InscriptionResult>&& r) { pending->Finish(std::move(r)); };
+    // The host stages on a preparer thread (while the worker renders the
+    // request before), the render on a worker, the encode, the metrics and
+    // the answer on a finisher thread (SubmitInscription).
+    const auto admit = SubmitInscription(
+        raw, o, finish,
         [finish] {
           finish(Status(StatusCode::kDeadlineExceeded, "the deadline passed while waiting"));
         },
-        deadline);
+        start, deadline);
     if (admit != RenderQueue::Admit::kAccepted) {
       const bool full = admit == RenderQueue::Admit::kFull;
       metrics_->rejected.Add(full ? "reason=\"queue_full\"" : "reason=\"draining\"");
@@ -566,18 +609,8 @@ void Server::Routes() {
       }
       return Error(res, HttpCode(st), st.message());
     }
-    InscriptionResult& r = pending->result.value();
     const std::string id = NewId();
-    auto stored = std::make_shared<Stored>();
-    stored->json = InscriptionJson(id, r, r.backend.empty() ? metrics_->backend : r.backend);
-    stored->image = std::move(r.image);
-    stored->content_type = r.content_type;
-    stored->writing_png = std::move(r.writing_png);  // issue 28
-    stored->background_jpeg = std::move(r.background_jpeg);
-    stored->writing_end_ms = r.writing_end_ms;
-    stored->backend = r.backend;
-    stored->videos = std::make_shared<VideoCache>();
-    Store(id, stored);
+    auto stored = Keep(id, StoredAnswer(id, std::move(pending->result.value()), metrics_->backend));
     res.set_header("X-Danqing-Inscription-Id", id);
     res.set_header("Location", "/v1/inscriptions/" + id);
     if (draining_) {

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -43,6 +44,7 @@
 #include "service/metrics.h"
 #include "service/pipeline.h"
 #include "service/render_queue.h"
+#include "video/writing_video.h"
 
 namespace danqing::http {
 class BoundedServer;
@@ -141,16 +143,26 @@ class Server {
     std::mutex mu;
     std::map<std::string, std::shared_ptr<const std::string>> mp4;  // guarded by mu
   };
-  struct Stored {
-    std::string json;
-    std::string image;
-    std::string content_type;
-    // The writing (issue 28), when asked for: InscriptionResult's.
-    std::string writing_png, background_jpeg;
-    uint32_t writing_end_ms = 0;
-    std::string backend;
+  // A kept answer (StoredAnswer's), with what this replica adds to it.
+  struct Stored : StoredInscription {
+    std::string backend;  // from the JSON: NVENC is tried only after a CUDA render
     std::shared_ptr<VideoCache> videos;
   };
+  // Kept in this replica's cache under `id`, with a video cache of its own.
+  std::shared_ptr<const Stored> Keep(const std::string& id, StoredInscription answer);
+  // One inscription through the queue (sync POST and the shared queue's
+  // claimed jobs): decode, perceive and verse on a preparer thread while the
+  // worker renders the one before; the render on the worker; the encode and
+  // the stage metrics on a finisher, then `finish` with the result. `start`:
+  // when the request was admitted (its queue time is counted from it).
+  RenderQueue::Admit SubmitInscription(std::shared_ptr<const std::string> photo,
+                                       const InscribeOptions& o,
+                                       std::function<void(Result<InscriptionResult>)> finish,
+                                       std::function<void()> expired,
+                                       std::chrono::steady_clock::time_point start,
+                                       std::chrono::steady_clock::time_point deadline);
+  // The stage, busy-share and render metrics of a finished inscription.
+  void ObserveInscription(const InscriptionResult& r);
   void Routes();
   // server_jobs.cc: the job routes, the claim loop and their metrics.
   void JobRoutes();
@@ -170,6 +182,10 @@ class Server {
   // GET .../writing, .../background, .../video (issue 28; server_writing.cc).
   void WritingRoutes(http::BoundedServer& s);
   std::atomic<size_t> videos_in_flight_{0};
+  // Whether this pod's GPU has NVENC (probed once, logged).
+  const video::NvencSupport& Nvenc();
+  std::once_flag nvenc_once_;
+  video::NvencSupport nvenc_;
   void ProbeRoutes(http::BoundedServer& s);
   void Store(const std::string& id, std::shared_ptr<const Stored> stored);
   std::shared_ptr<const Stored> Find(const std::string& id) const;
@@ -216,5 +232,10 @@ class Server {
 // The JSON body describing an inscription (verse, themes, features, timings).
 std::string InscriptionJson(const std::string& id, const InscriptionResult& r,
                             const std::string& backend);
+// The answer kept for `id` (in this replica's cache or the shared store),
+// taking the result's bytes: its JSON (with `default_backend` when the result
+// names none), image and writing.
+StoredInscription StoredAnswer(const std::string& id, InscriptionResult&& r,
+                               const std::string& default_backend);
 
 }  // namespace danqing::service

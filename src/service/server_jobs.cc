@@ -239,33 +239,17 @@ void Server::RunClaimed(ClaimedJob job) {
   };
   auto shared = std::make_shared<ClaimedJob>(std::move(job));
   const auto start = Clock::now();
-  const auto admit = queue_->Submit(
-      [this, shared, release, start] {
-        const auto& photo = shared->request.photo;
-        auto r = pipeline_->Run(
-            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(photo.data()), photo.size()),
-            shared->request.options);
+  // The same staged path as a synchronous upload (SubmitInscription): its
+  // host stages overlap the render before it, the encode leaves the worker.
+  const auto admit = SubmitInscription(
+      std::shared_ptr<const std::string>(shared, &shared->request.photo), shared->request.options,
+      [this, shared, release, start](Result<InscriptionResult> r) {
         const double secs = std::chrono::duration<double>(Clock::now() - start).count();
         avg_job_seconds_ = 0.8 * avg_job_seconds_.load() + 0.2 * secs;
         Status st;
         if (r.ok()) {
-          const auto& t = r->timings;
-          metrics_->stage_seconds.Observe("decode", t.decode_ms / 1000);
-          metrics_->stage_seconds.Observe("perceive", t.perceive_ms / 1000);
-          metrics_->stage_seconds.Observe("verse", t.verse_ms / 1000);
-          metrics_->stage_seconds.Observe("render", t.render_ms / 1000);
-          metrics_->stage_seconds.Observe("encode", t.encode_ms / 1000);
-          metrics_->renders.Add("backend=\"" + r->backend + "\",gpu_fallback=\"" +
-                                (r->gpu_fallback ? "true" : "false") + "\"");
-          StoredInscription s;
-          s.json =
-              InscriptionJson(shared->id, *r, r->backend.empty() ? metrics_->backend : r->backend);
-          s.content_type = r->content_type;
-          s.image = std::move(r->image);
-          s.writing_png = std::move(r->writing_png);  // issue 28
-          s.background_jpeg = std::move(r->background_jpeg);
-          s.writing_end_ms = r->writing_end_ms;
-          st = store_->Complete(shared->id, s);
+          st = store_->Complete(shared->id,
+                                StoredAnswer(shared->id, std::move(r).value(), metrics_->backend));
           if (st.ok()) ++jobs_done_;
         } else {
           st = store_->Fail(shared->id,
@@ -288,7 +272,7 @@ void Server::RunClaimed(ClaimedJob job) {
         }
         release();
       },
-      Clock::time_point::max());
+      start, Clock::time_point::max());
   if (admit != RenderQueue::Admit::kAccepted) {
     if (!options_.job_store) {
       (void)store_->Fail(shared->id,

@@ -25,6 +25,19 @@
 #include "video/writing_video.h"
 
 namespace danqing::service {
+
+const video::NvencSupport& Server::Nvenc() {
+  std::call_once(nvenc_once_, [this] {
+    if (pipeline_->renderer().Backend() != "cuda") {
+      nvenc_ = {false, "no CUDA render backend"};
+    } else {
+      const InscriptionRenderer::Gpu gpu = pipeline_->renderer().RenderGpu();
+      nvenc_ = video::GpuNvenc(gpu.name, gpu.major, gpu.minor);
+    }
+    spdlog::info("video: {}", nvenc_.reason);
+  });
+  return nvenc_;
+}
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -130,7 +143,12 @@ void Server::WritingRoutes(http::BoundedServer& s) {
     }
     clip.fps = static_cast<int>(*fps);
     clip.seconds = *seconds;
-    clip.prefer_nvenc = stored->backend == "cuda";
+    // NVENC only after a CUDA render and only on a GPU that has one
+    // (video::GpuNvenc: not on the A100 or the Hopper H100/H200).
+    clip.prefer_nvenc = stored->backend == "cuda" && Nvenc().present;
+    if (stored->backend == "cuda" && !clip.prefer_nvenc) {
+      metrics_->video_nvenc_fallbacks.Add("reason=\"no_nvenc\"");
+    }
     clip.fail_after_frames = options_.video_fail_after_frames;
     if (Status st = video::CheckClipOptions(clip); !st.ok()) {
       metrics_->videos.Add("encoder=\"none\",result=\"bad_request\"");

@@ -23,6 +23,37 @@ extern "C" {
 #include <numeric>
 
 namespace danqing::video {
+
+NvencSupport GpuNvenc(const std::string& gpu_name, int cc_major, int cc_minor) {
+  const std::string cc = std::to_string(cc_major) + "." + std::to_string(cc_minor);
+  if (gpu_name.empty()) return {false, "no GPU"};
+  // GA100 and GH100 are the compute capability 8.0 and 9.0 dies. Without a
+  // capability (0.0) the name decides, word by word ("RTX A3000" is not A30).
+  bool compute_die = (cc_major == 8 && cc_minor == 0) || (cc_major == 9 && cc_minor == 0);
+  bool named = false;
+  if (cc_major == 0) {
+    std::string word;
+    for (size_t i = 0; i <= gpu_name.size(); ++i) {
+      const char ch = i < gpu_name.size() ? gpu_name[i] : ' ';
+      if (ch == ' ' || ch == '-') {
+        for (const char* die : {"A100", "A30", "A800", "H100", "H200", "H800", "GH200"}) {
+          if (word == die) named = true;
+        }
+        word.clear();
+      } else {
+        word.push_back(ch);
+      }
+    }
+    compute_die = named;
+  }
+  if (compute_die) {
+    return {false, gpu_name + " (compute capability " + cc +
+                       ") has no NVENC (GA100/GH100 compute die): libx264"};
+  }
+  if (cc_major > 0 && cc_major < 3)
+    return {false, gpu_name + " (compute capability " + cc + ") predates NVENC"};
+  return {true, gpu_name + " (compute capability " + cc + ") has NVENC: h264_nvenc"};
+}
 namespace {
 
 constexpr uint16_t kNever = 0xFFFF;

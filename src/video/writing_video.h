@@ -35,6 +35,18 @@ inline constexpr int kMaxVideoSide = 3840;
 inline constexpr int64_t kMaxVideoPixels = 3840LL * 2160LL;
 inline constexpr uint32_t kSheenMs = 350;
 
+// Whether a GPU has an NVENC video encoder, from what the CUDA runtime
+// says about it (cudaDeviceProp name and compute capability). The compute
+// dies GA100 (A100, A30: 8.0) and GH100 (H100, H200, GH200: 9.0) have none
+// (NVIDIA's NVENC support matrix: "No NVENC encoders available"); the other
+// NVIDIA GPUs since Kepler (T4 7.5, A10 8.6, L4 and L40S 8.9, ...) have one.
+// `reason` is one line for the log. An empty name (no GPU) has none.
+struct NvencSupport {
+  bool present = false;
+  std::string reason;
+};
+NvencSupport GpuNvenc(const std::string& gpu_name, int cc_major, int cc_minor);
+
 struct ClipOptions {
   int fps = 30;
   double seconds = 8.0;  // the whole clip; the writing plays in all but the last 0.5 s, then holds

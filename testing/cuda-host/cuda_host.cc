@@ -276,6 +276,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device < 0 || device >= ConfigNow().devices) return Fail(cudaErrorInvalidDevice);
   std::snprintf(prop->name, sizeof prop->name, "host emulation (testing/cuda-host)");
   prop->totalGlobalMem = ConfigNow().total_bytes;
+  prop->major = 0;  // no capability: video::GpuNvenc goes by the name
+  prop->minor = 0;
   return cudaSuccess;
 }
 

@@ -108,6 +108,7 @@ using cudaMemPool_t = CUmemPoolHandle_st*;
 struct cudaDeviceProp {
   char name[256];
   size_t totalGlobalMem;
+  int major, minor;  // compute capability
 };
 
 cudaError_t cudaGetDeviceCount(int* count);

@@ -43,6 +43,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -146,13 +147,18 @@ class GatedRenderer final : public InscriptionRenderer {
 // One service on 127.0.0.1, any free port.
 class Service {
  public:
-  Service(const InscriptionRenderer* renderer, ServerOptions options, PipelineLimits limits = {}) {
+  // `perceiver`, when given, outlives the service; else the classical one.
+  Service(const InscriptionRenderer* renderer, ServerOptions options, PipelineLimits limits = {},
+          perceive::Perceiver* perceiver = nullptr) {
     corpus_ = std::make_unique<verse::Corpus>(*verse::Corpus::Parse(BundledPoems()));
     selector_ = std::make_unique<verse::VerseSelector>(*corpus_);
-    auto p = perceive::CreateCvPerceiver();
-    EXPECT_TRUE(p.ok()) << p.status().ToString();
-    perceiver_ = std::move(p).value();
-    pipeline_ = std::make_unique<Pipeline>(perceiver_.get(), selector_.get(), renderer, limits);
+    if (perceiver == nullptr) {
+      auto p = perceive::CreateCvPerceiver();
+      EXPECT_TRUE(p.ok()) << p.status().ToString();
+      perceiver_ = std::move(p).value();
+      perceiver = perceiver_.get();
+    }
+    pipeline_ = std::make_unique<Pipeline>(perceiver, selector_.get(), renderer, limits);
     options.host = "127.0.0.1";
     options.port = 0;
     server_ = std::make_unique<Server>(options, pipeline_.get(), &metrics_);
@@ -440,6 +446,90 @@ TEST(ServiceVideoTest, EncoderFailureMidStreamIs500AndNothingIsKept) {
               std::string::npos)
         << e.path();
   }
+}
+
+// The real renderer, reported as the CUDA backend on a named GPU (what the
+// service sees on a GPU node).
+class NamedGpuRenderer final : public InscriptionRenderer {
+ public:
+  NamedGpuRenderer(const InscriptionRenderer* real, Gpu gpu) : real_(real), gpu_(std::move(gpu)) {}
+  Result<image::Image> Render(const InscriptionJob& job, RenderOutcome* outcome) const override {
+    auto r = real_->Render(job, outcome);
+    if (outcome != nullptr) *outcome = {"cuda", ""};
+    return r;
+  }
+  bool CanRender(char32_t c) const override { return real_->CanRender(c); }
+  std::string Backend() const override { return "cuda"; }
+  Gpu RenderGpu() const override { return gpu_; }
+
+ private:
+  const InscriptionRenderer* real_;
+  Gpu gpu_;
+};
+
+// Issue 28: after a CUDA render, a GPU without NVENC (H200) encodes with
+// libx264 without trying NVENC, counted as reason="no_nvenc"; one with NVENC
+// (L4) tries it first (here, without an NVIDIA driver, it does not open: the
+// video still comes, counted as reason="open_failed").
+TEST(ServiceVideoTest, NvencOnlyOnAGpuThatHasOne) {
+  auto real = CreateInscriptionRenderer({});
+  ASSERT_TRUE(real.ok()) << real.status().ToString();
+  const std::string photo = Photo("rocket.jpg");
+  for (const auto& [gpu, reason] :
+       {std::pair{InscriptionRenderer::Gpu{"NVIDIA H200", 9, 0}, "no_nvenc"},
+        std::pair{InscriptionRenderer::Gpu{"NVIDIA L4", 8, 9}, "open_failed"}}) {
+    NamedGpuRenderer renderer(real->get(), gpu);
+    Service svc(&renderer, SmallOptions());
+    auto c = svc.Client();
+    auto res = c.Post("/v1/inscriptions?width=320&height=256&writing=true",
+                      httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const json j = json::parse(res->body);
+    EXPECT_EQ(j["backend"], "cuda");
+    const std::string id = j["id"];
+    auto v = c.Get(("/v1/inscriptions/" + id + "/video?fps=10&seconds=2").c_str());
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->status, 200) << gpu.name << ": " << v->body;
+    const std::string m = svc.metrics().Render();
+    EXPECT_THAT(m, HasSubstr("danqing_video_nvenc_fallbacks_total{reason=\"" + std::string(reason) +
+                             "\"} 1"))
+        << gpu.name;
+    EXPECT_THAT(m, HasSubstr("danqing_videos_total{encoder=\"libx264\",result=\"ok\"} 1"))
+        << gpu.name;
+  }
+}
+
+// Issue 28: a video asked for an inscription the cache no longer holds (one
+// entry kept, a newer inscription took its place) is a 404 naming why, and
+// nothing is encoded for it; the newer one's video is served.
+TEST(ServiceVideoTest, EvictedInscriptionIs404) {
+  auto r = CreateInscriptionRenderer({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ServerOptions o = SmallOptions();
+  o.result_cache_entries = 1;
+  Service svc(r->get(), o);
+  auto c = svc.Client();
+  const std::string photo = Photo("rocket.jpg");
+  auto post = [&] {
+    auto res = c.Post("/v1/inscriptions?width=320&height=256&writing=true",
+                      httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
+    EXPECT_TRUE(res && res->status == 200);
+    return res ? json::parse(res->body, nullptr, false)["id"].get<std::string>() : "";
+  };
+  const std::string evicted = post();
+  const std::string kept = post();
+  ASSERT_FALSE(evicted.empty());
+  auto gone = c.Get(("/v1/inscriptions/" + evicted + "/video?fps=10&seconds=2").c_str());
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 404) << gone->body;
+  EXPECT_THAT(json::parse(gone->body, nullptr, false).value("error", ""),
+              HasSubstr("no recent inscription"));
+  EXPECT_THAT(svc.metrics().Render(), Not(HasSubstr("danqing_videos_total{encoder=\"libx264\"")));
+  auto v = c.Get(("/v1/inscriptions/" + kept + "/video?fps=10&seconds=2").c_str());
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->status, 200) << v->body;
+  EXPECT_EQ(v->body.substr(4, 4), "ftyp");
 }
 
 // Issue 28: a video runs on a render worker, and at most half the workers
@@ -927,6 +1017,95 @@ TEST(RenderQueueStagedTest, TheRestLeavesTheRenderWorker) {
   EXPECT_TRUE(q.WaitIdle(std::chrono::seconds(20)));
   EXPECT_EQ(rested.load(), 2);
   EXPECT_EQ(q.finishing(), 0u);
+}
+
+// The host part of the next job runs while a worker renders: with one
+// worker held in its render, the second job is prepared, and a third waits
+// (one job prepared ahead per worker); each renders in order once released.
+TEST(RenderQueuePreparedTest, TheNextJobIsPreparedWhileOneRenders) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<int> prepared, rendered;  // guarded by mu
+  RenderQueue q(1, 4, nullptr);
+  const auto far = RenderQueue::Clock::now() + std::chrono::seconds(60);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(q.SubmitPrepared(
+                  [&, i]() -> RenderQueue::Render {
+                    {
+                      std::lock_guard<std::mutex> lock(mu);
+                      prepared.push_back(i);
+                    }
+                    cv.notify_all();
+                    return [&, i]() -> RenderQueue::Rest {
+                      std::unique_lock<std::mutex> lock(mu);
+                      rendered.push_back(i);
+                      cv.notify_all();
+                      cv.wait(lock, [&] { return release; });
+                      return nullptr;
+                    };
+                  },
+                  [] {}, far),
+              RenderQueue::Admit::kAccepted);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] {
+      return rendered.size() == 1 && prepared.size() == 2;
+    })) << "the second job was not prepared while the first rendered";
+    EXPECT_EQ(rendered, std::vector<int>{0});
+  }
+  // The third waits for room: it is neither prepared nor rendered yet.
+  EXPECT_FALSE(q.WaitIdle(std::chrono::milliseconds(100)));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(prepared, (std::vector<int>{0, 1}));
+    release = true;
+  }
+  EXPECT_EQ(q.depth(), 2u);  // the prepared one and the waiting one
+  cv.notify_all();
+  EXPECT_TRUE(q.WaitIdle(std::chrono::seconds(20)));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(prepared, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(rendered, (std::vector<int>{0, 1, 2}));
+}
+
+// A job prepared before its deadline that passes while it waits for the
+// worker is expired, not rendered; `expired` runs once.
+TEST(RenderQueuePreparedTest, DeadlinePassedAfterPreparingExpiresOnce) {
+  std::promise<void> first_rendering, let_go;
+  auto let_go_f = let_go.get_future().share();
+  std::atomic<int> expired{0}, second_rendered{0}, second_prepared{0};
+  RenderQueue q(1, 4, nullptr);
+  const auto far = RenderQueue::Clock::now() + std::chrono::seconds(60);
+  ASSERT_EQ(q.SubmitPrepared(
+                [&]() -> RenderQueue::Render {
+                  return [&]() -> RenderQueue::Rest {
+                    first_rendering.set_value();
+                    let_go_f.wait();
+                    return nullptr;
+                  };
+                },
+                [] {}, far),
+            RenderQueue::Admit::kAccepted);
+  first_rendering.get_future().wait();
+  const auto soon = RenderQueue::Clock::now() + std::chrono::milliseconds(200);
+  ASSERT_EQ(q.SubmitPrepared(
+                [&]() -> RenderQueue::Render {
+                  ++second_prepared;
+                  return [&]() -> RenderQueue::Rest {
+                    ++second_rendered;
+                    return nullptr;
+                  };
+                },
+                [&] { ++expired; }, soon),
+            RenderQueue::Admit::kAccepted);
+  while (second_prepared.load() == 0) std::this_thread::yield();
+  std::this_thread::sleep_until(soon + std::chrono::milliseconds(50));
+  let_go.set_value();
+  EXPECT_TRUE(q.WaitIdle(std::chrono::seconds(20)));
+  EXPECT_EQ(second_rendered.load(), 0);
+  EXPECT_EQ(expired.load(), 1);
 }
 
 // Closing the queue: jobs still waiting are expired, the rests of jobs
@@ -1437,6 +1616,68 @@ TEST(ServiceLoadTest, GpuFallbackIsReportedAndCounted) {
   EXPECT_EQ(svc.metrics().renders.Get("backend=\"cuda\",gpu_fallback=\"false\""), 1u);
   EXPECT_THAT(svc.metrics().Render(),
               HasSubstr("danqing_renders_total{backend=\"cpu\",gpu_fallback=\"true\"} 1"));
+}
+
+// A perceiver that counts its perceptions (the classical one does the work).
+class CountingPerceiver final : public perceive::Perceiver {
+ public:
+  CountingPerceiver() {
+    auto p = perceive::CreateCvPerceiver();
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    inner_ = std::move(p).value();
+  }
+  Result<perceive::Perception> Perceive(const perceive::ImageView& image) override {
+    auto r = inner_->Perceive(image);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++done_;
+    }
+    cv_.notify_all();
+    return r;
+  }
+  std::string Name() const override { return inner_->Name(); }
+  int AnalysisSide() const override { return inner_->AnalysisSide(); }
+  bool WaitDone(int n, std::chrono::seconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return done_ >= n; });
+  }
+
+ private:
+  std::unique_ptr<perceive::Perceiver> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int done_ = 0;  // guarded by mu_
+};
+
+// Issue 30, overlap: with one worker held in the first request's render, the
+// second request is decoded and perceived meanwhile (its host stages do not
+// wait for the render), and both are answered once the render goes on.
+TEST(ServiceLoadTest, NextRequestIsPerceivedWhileOneRenders) {
+  GatedRenderer gate;
+  CountingPerceiver perceiver;
+  ServerOptions o = SmallOptions();
+  o.workers = 1;
+  o.queue_capacity = 2;
+  Service svc(&gate, o, {}, &perceiver);
+  const std::string jpeg = Photo("chelsea.jpg");
+  auto post = [&] {
+    auto c = svc.Client();
+    return c.Post("/v1/inscriptions?width=256&height=256&response=json", jpeg, "image/jpeg");
+  };
+  auto first = std::async(std::launch::async, post);
+  gate.WaitStarted(1);  // the first render holds the only worker
+  auto second = std::async(std::launch::async, post);
+  EXPECT_TRUE(perceiver.WaitDone(2, std::chrono::seconds(60)))
+      << "the second request was not perceived while the first rendered";
+  gate.Release();
+  auto a = first.get(), b = second.get();
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->status, 200) << a->body;
+  EXPECT_EQ(b->status, 200) << b->body;
+  // The second one's wait for the worker is its queue time.
+  EXPECT_GT(json::parse(b->body)["timings_ms"]["queue"].get<double>(), 0.0);
+  EXPECT_THAT(svc.metrics().Render(),
+              HasSubstr("danqing_inscription_stage_seconds_count{stage=\"perceive\"} 2\n"));
 }
 
 // Overload, deadlines and draining, with a renderer the test holds.

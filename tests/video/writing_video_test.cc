@@ -211,6 +211,25 @@ TEST_F(WritingVideoTest, FramesRevealMoreInkOverTime) {
   EXPECT_TRUE(ComposeFrameRgb(Frames(), writing_.end_ms).rgb == final_.rgb);
 }
 
+// NVENC by the GPU (cudaDeviceProp name and compute capability): the
+// compute dies A100 (8.0) and H100/H200 (9.0) have none, L4 and T4 do.
+TEST(NvencSupportTest, ByGpuArchitecture) {
+  EXPECT_FALSE(GpuNvenc("NVIDIA H100 80GB HBM3", 9, 0).present);
+  EXPECT_FALSE(GpuNvenc("NVIDIA H200", 9, 0).present);
+  EXPECT_FALSE(GpuNvenc("NVIDIA A100-SXM4-80GB", 8, 0).present);
+  EXPECT_TRUE(GpuNvenc("NVIDIA L4", 8, 9).present);
+  EXPECT_TRUE(GpuNvenc("Tesla T4", 7, 5).present);
+  EXPECT_TRUE(GpuNvenc("NVIDIA A10", 8, 6).present);
+  // No capability reported: the name decides, word by word.
+  EXPECT_FALSE(GpuNvenc("NVIDIA H100 PCIe", 0, 0).present);
+  EXPECT_FALSE(GpuNvenc("NVIDIA A100-PCIE-40GB", 0, 0).present);
+  EXPECT_TRUE(GpuNvenc("NVIDIA RTX A3000 Laptop GPU", 0, 0).present);
+  EXPECT_FALSE(GpuNvenc("", 0, 0).present);
+  const auto h200 = GpuNvenc("NVIDIA H200", 9, 0);
+  EXPECT_NE(h200.reason.find("no NVENC"), std::string::npos) << h200.reason;
+  EXPECT_NE(h200.reason.find("9.0"), std::string::npos) << h200.reason;
+}
+
 TEST_F(WritingVideoTest, BoundsNameTheOption) {
   const std::string path = (dir_ / "b.mp4").string();
   auto expect = [&](ClipOptions c, const std::string& word) {

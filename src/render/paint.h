@@ -24,8 +24,9 @@ DANQING_HOST_DEVICE inline float Clamp01(float v) {
   return fminf(fmaxf(v, 0.0f), 1.0f);
 }
 
+// (The reciprocal folds to a constant where a and b are: no division.)
 DANQING_HOST_DEVICE inline float Smooth(float a, float b, float x) {
-  const float t = Clamp01((x - a) / (b - a));
+  const float t = Clamp01((x - a) * (1.0f / (b - a)));
   return t * t * (3.0f - 2.0f * t);
 }
 
@@ -53,6 +54,22 @@ DANQING_HOST_DEVICE inline float HashNoise(float x, float y, uint32_t salt) {
   return top + (bottom - top) * ty;
 }
 
+// Smooth value noise from Textures::noise2 (`lattice`, period kNoise2), the
+// arithmetic of Textures::Noise2: cheaper than HashNoise (a table load per
+// corner), for the per-pixel passes that have the textures.
+DANQING_HOST_DEVICE inline float Noise2(const float* lattice, float x, float y) {
+  constexpr int K = Textures::kNoise2;
+  const float fx = floorf(x), fy = floorf(y);
+  const float tx = x - fx, ty = y - fy;
+  const int ix = static_cast<int>(static_cast<long long>(fx) & (K - 1));
+  const int iy = static_cast<int>(static_cast<long long>(fy) & (K - 1));
+  const int jx = (ix + 1) & (K - 1), jy = (iy + 1) & (K - 1);
+  const float sx = tx * tx * (3.0f - 2.0f * tx), sy = ty * ty * (3.0f - 2.0f * ty);
+  const float a = lattice[iy * K + ix] + (lattice[iy * K + jx] - lattice[iy * K + ix]) * sx;
+  const float b = lattice[jy * K + ix] + (lattice[jy * K + jx] - lattice[jy * K + ix]) * sx;
+  return a + (b - a) * sy;
+}
+
 // ---------------------------------------------------------------- landscape
 
 // The landscape wash at pixel (x, y) of a w x h plane. `ridge_y` is
@@ -68,14 +85,16 @@ DANQING_HOST_DEVICE inline float HashNoise(float x, float y, uint32_t salt) {
 //    they follow the slope, clustered by a slower noise.
 //  - Mist: each layer fades into an uneven band of mist at its foot.
 //  - Water: broad, soft horizontal washes below water_top, darker by the shore.
-DANQING_HOST_DEVICE inline float LandscapePixel(const Ridge* ridges, const float* ridge_y,
-                                                int nridges, float water_top, float water_phase,
-                                                float sky, int x, int y, int w, int h) {
+DANQING_HOST_DEVICE inline float LandscapePixel(const float* lattice, const Ridge* ridges,
+                                                const float* ridge_y, int nridges, float water_top,
+                                                float water_phase, float sky, int x, int y, int w,
+                                                int h) {
   const float fw = static_cast<float>(w), fh = static_cast<float>(h);
   const float aspect = fw / fh;
   const float fy = (static_cast<float>(y) + 0.5f) / fh;
   const float fx = (static_cast<float>(x) + 0.5f) / fw;
-  float acc = sky * (1.0f - fy) * (0.6f + 0.8f * HashNoise(fx * 3.0f * aspect, fy * 3.0f, 11u));
+  float acc =
+      sky * (1.0f - fy) * (0.6f + 0.8f * Noise2(lattice, fx * 3.0f * aspect + 11.0f, fy * 3.0f));
   const int xl = x > 0 ? x - 1 : 0, xr = x < w - 1 ? x + 1 : w - 1;
   const float span = static_cast<float>(xr - xl > 0 ? xr - xl : 1);
   for (int r = 0; r < nridges; ++r) {
@@ -84,14 +103,16 @@ DANQING_HOST_DEVICE inline float LandscapePixel(const Ridge* ridges, const float
     const float* row = ridge_y + static_cast<size_t>(r) * static_cast<size_t>(w);
     const float ry = row[x];
     const float depth = fy - ry;
-    // Mist line: uneven along the width.
-    const float mist_len = rg.mist * (0.65f + 0.7f * HashNoise(fx * 5.0f * aspect + rg.phase,
-                                                               static_cast<float>(r) * 7.0f, 23u));
-    if (depth > mist_len) continue;
+    if (depth > rg.mist * 1.35f) continue;                // below the deepest mist line
     const float slope = (row[xr] - row[xl]) * fh / span;  // plane pixels down per pixel across
     const float norm = sqrtf(1.0f + slope * slope);
     const float dist = depth * fh / norm;  // pixels across the edge, + inside
     if (dist < -1.0f) continue;
+    // Mist line: uneven along the width.
+    const float mist_len =
+        rg.mist * (0.65f + 0.7f * Noise2(lattice, fx * 5.0f * aspect + rg.phase + 23.0f,
+                                         static_cast<float>(r) * 7.0f));
+    if (depth > mist_len) continue;
     const float cover = Smooth(-1.0f, 1.0f, dist);
     const float xfade = Smooth(rg.x0, rg.x0 + 0.1f, fx) * (1.0f - Smooth(rg.x1 - 0.1f, rg.x1, fx));
     const float near = nridges > 1 ? static_cast<float>(r) / static_cast<float>(nridges - 1) : 1.0f;
@@ -102,10 +123,10 @@ DANQING_HOST_DEVICE inline float LandscapePixel(const Ridge* ridges, const float
     // 皴 along the ridge line: long thin streaks in (width, depth below the
     // silhouette), grouped by a slow noise; near layers carry more of them.
     const float u = fx * aspect, v = depth;
-    const float streak = HashNoise(u * 14.0f + rg.phase * 3.0f, v * 70.0f, 31u);
-    const float group = HashNoise(u * 5.0f + rg.phase, v * 18.0f, 37u);
+    const float streak = Noise2(lattice, u * 14.0f + rg.phase * 3.0f + 31.0f, v * 70.0f);
+    const float group = Noise2(lattice, u * 5.0f + rg.phase + 37.0f, v * 18.0f + 101.0f);
     const float cun_mark = Smooth(0.5f, 0.8f, streak) * Smooth(0.3f, 0.65f, group);
-    const float flat = 0.75f + 0.25f * HashNoise(u * 9.0f, v * 30.0f + rg.phase, 41u);
+    const float flat = 0.8f + 0.2f * group;
     const float cun = flat + (0.3f + 1.0f * near) * cun_mark;
     float d = rg.density * crest * mist * cun * xfade * cover;
     d = Clamp01(d);
@@ -113,8 +134,9 @@ DANQING_HOST_DEVICE inline float LandscapePixel(const Ridge* ridges, const float
   }
   if (fy > water_top) {
     const float t = fy - water_top;
-    const float band = HashNoise(fx * 1.6f * aspect + water_phase, fy * 18.0f, 53u);
-    const float ripple = HashNoise(fx * 5.0f * aspect + water_phase * 2.0f, fy * 40.0f, 59u);
+    const float band = Noise2(lattice, fx * 1.6f * aspect + water_phase + 53.0f, fy * 18.0f);
+    const float ripple =
+        Noise2(lattice, fx * 5.0f * aspect + water_phase * 2.0f + 59.0f, fy * 40.0f + 7.0f);
     const float shore = 0.09f * (1.0f - Smooth(0.0f, 0.07f, t));
     const float washes = (0.06f + 0.08f * Smooth(0.3f, 0.9f, band) + 0.02f * ripple) *
                          (1.0f - Smooth(0.0f, 0.22f, t));
@@ -129,17 +151,21 @@ DANQING_HOST_DEVICE inline float LandscapePixel(const Ridge* ridges, const float
 // The paper's slow blotches and finer sizing mottle, 0..1, at pixel (x, y)
 // of the low-resolution plane; `bscale` is canvas pixels per plane pixel
 // over 220.
-DANQING_HOST_DEVICE inline float PaperMottle(int x, int y, float bscale) {
+DANQING_HOST_DEVICE inline float PaperMottle(const float* lattice, int x, int y, float bscale) {
   const float px = static_cast<float>(x) * bscale, py = static_cast<float>(y) * bscale;
-  return 0.65f * HashNoise(px + 37.0f, py, 61u) +
-         0.35f * HashNoise(px * 5.0f + 11.0f, py * 5.0f + 3.0f, 67u);
+  return 0.65f * Noise2(lattice, px + 37.0f, py) +
+         0.35f * Noise2(lattice, px * 5.0f + 11.0f, py * 5.0f + 3.0f);
 }
 
 // The wash's colour for one channel at density `wa`: pale washes are the
 // cool, bluer grey of dilute ink (far ridges, mist), dense ones `dark`.
-DANQING_HOST_DEVICE inline float WashChannel(float paper, float dark, float light, float wa) {
-  const float k = Smooth(0.05f, 0.6f, wa);
-  const float colour = light + (dark - light) * k;
+// `mix` is WashMix(wa), once per pixel.
+DANQING_HOST_DEVICE inline float WashMix(float wa) {
+  return Smooth(0.05f, 0.6f, wa);
+}
+DANQING_HOST_DEVICE inline float WashChannel(float paper, float dark, float light, float wa,
+                                             float mix) {
+  const float colour = light + (dark - light) * mix;
   return paper + (colour - paper) * wa;
 }
 

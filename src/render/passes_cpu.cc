@@ -215,8 +215,8 @@ void CpuPasses::Landscape(const LandscapeParams& p, const Textures& tex, Plane* 
     for (int y = y0; y < y1; ++y) {
       float* out = wash->row(y);
       for (int x = 0; x < w; ++x) {
-        out[x] = paint::LandscapePixel(p.ridges.data(), ridge_y.data(), n, p.water_top,
-                                       p.water_phase, p.sky, x, y, w, h);
+        out[x] = paint::LandscapePixel(tex.noise2.data(), p.ridges.data(), ridge_y.data(), n,
+                                       p.water_top, p.water_phase, p.sky, x, y, w, h);
       }
     }
   });
@@ -252,7 +252,7 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
   const float bscale = static_cast<float>(w) / static_cast<float>(wash.w) / 220.0f;
   for (int y = 0; y < wash.h; ++y) {
     for (int x = 0; x < wash.w; ++x) {
-      blotch.row(y)[x] = paint::PaperMottle(x, y, bscale);
+      blotch.row(y)[x] = paint::PaperMottle(tex.noise2.data(), x, y, bscale);
     }
   }
   // Vertical interpolation of a plane into a row buffer.
@@ -286,6 +286,7 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
         float paper_k = paint::PaperTone(bl, pf);
         // The sizing's mottle takes more or less pigment; fibres take less.
         wa = paint::WashTaken(wa, bl, pf);
+        const float mix = paint::WashMix(wa);
         float a = ink[x];
         if (wet != nullptr) {
           const size_t j = static_cast<size_t>(wet_tab.i0[xs]);
@@ -297,7 +298,7 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
         }
         for (int c = 0; c < 3; ++c) {
           float paper = in.paper_rgb[c] * paper_k;
-          float v = paint::WashChannel(paper, in.wash_rgb[c], in.wash_light_rgb[c], wa);
+          float v = paint::WashChannel(paper, in.wash_rgb[c], in.wash_light_rgb[c], wa, mix);
           v = v + (in.ink_rgb[c] - v) * a;
           out[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
         }
@@ -331,9 +332,10 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
         float wa = wash_row[i] + (wash_row[i + 1] - wash_row[i]) * t;
         float paper_k = paint::PaperTone(bl, pf);
         wa = paint::WashTaken(wa, bl, pf);
+        const float mix = paint::WashMix(wa);
         for (int c = 0; c < 3; ++c) {
           float paper = in.paper_rgb[c] * paper_k;
-          float v = paint::WashChannel(paper, in.wash_rgb[c], in.wash_light_rgb[c], wa);
+          float v = paint::WashChannel(paper, in.wash_rgb[c], in.wash_light_rgb[c], wa, mix);
           bg[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
         }
       }

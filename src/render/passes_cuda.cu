@@ -183,20 +183,20 @@ struct LandArgs {
   float water_top, water_phase, sky;
 };
 
-__global__ void LandscapeKernel(const Ridge* ridges, const float* ridge_y, LandArgs a, float* wash,
-                                int w, int h) {
+__global__ void LandscapeKernel(const Ridge* ridges, const float* ridge_y, LandArgs a, DevTex tex,
+                                float* wash, int w, int h) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
   if (x >= w || y >= h) return;
   wash[static_cast<size_t>(y) * w + x] = paint::LandscapePixel(
-      ridges, ridge_y, a.nridges, a.water_top, a.water_phase, a.sky, x, y, w, h);
+      tex.noise2, ridges, ridge_y, a.nridges, a.water_top, a.water_phase, a.sky, x, y, w, h);
 }
 
-__global__ void BlotchKernel(float* blotch, int w, int h, float bscale) {
+__global__ void BlotchKernel(DevTex tex, float* blotch, int w, int h, float bscale) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
   if (x >= w || y >= h) return;
-  blotch[static_cast<size_t>(y) * w + x] = paint::PaperMottle(x, y, bscale);
+  blotch[static_cast<size_t>(y) * w + x] = paint::PaperMottle(tex.noise2, x, y, bscale);
 }
 
 // The photo wash (CpuPasses::PhotoWash), in three steps. First the resample
@@ -314,6 +314,7 @@ __global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, cons
   float wa = Sample(wash, x, y, w, h);
   float paper_k = paint::PaperTone(bl, pf);
   wa = paint::WashTaken(wa, bl, pf);
+  const float mix = paint::WashMix(wa);
   float al = ink[static_cast<size_t>(y) * w + x];
   if (a.has_wet) {
     float halo = Sample(wet, x, y, w, h);
@@ -329,7 +330,7 @@ __global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, cons
           kNotWritten;
   for (int c = 0; c < 3; ++c) {
     float paper = a.paper[c] * paper_k;
-    float v = paint::WashChannel(paper, a.wash[c], a.wash_light[c], wa);
+    float v = paint::WashChannel(paper, a.wash[c], a.wash_light[c], wa, mix);
     const uint8_t under = static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
     v = v + (a.ink[c] - v) * al;
     out[c] = static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
@@ -554,7 +555,8 @@ class CudaPasses final : public Passes {
     if (!Ok(cudaEventRecord(events_[3], stream_), "cudaEventRecord")) return;
     // Paper blotches, then everything to RGB.
     const float bscale = static_cast<float>(p.w) / static_cast<float>(p.lw) / 220.0f;
-    DQ_LAUNCH(BlotchKernel, Grid2(p.lw, p.lh, block), block, stream_, blotch_, p.lw, p.lh, bscale);
+    DQ_LAUNCH(BlotchKernel, Grid2(p.lw, p.lh, block), block, stream_, ctx_->tex, blotch_, p.lw,
+              p.lh, bscale);
     if (!Ok(cudaGetLastError(), "BlotchKernel")) return;
     ComposeArgs a{};
     for (int c = 0; c < 3; ++c) {
@@ -645,7 +647,7 @@ class CudaPasses final : public Passes {
     LandArgs a{static_cast<int>(lp.ridges.size()), lp.water_top, lp.water_phase, lp.sky};
     const dim3 block(32, 8);
     DQ_LAUNCH(LandscapeKernel, Grid2(pl_.lw, pl_.lh, block), block, stream_, ridges_, ridge_y_, a,
-              wash_, pl_.lw, pl_.lh);
+              ctx_->tex, wash_, pl_.lw, pl_.lh);
     return Ok(cudaGetLastError(), "LandscapeKernel");
   }
 

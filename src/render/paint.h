@@ -81,8 +81,9 @@ DANQING_HOST_DEVICE inline float Noise2(const float* lattice, float x, float y) 
 //  - 远近: far layers paler and flatter (less 皴 contrast); Compose turns pale
 //    washes bluer-grey (WashColour).
 //  - 皴: streaks of noise laid along the ridge line (ridge-relative
-//    coordinates: across the width, and the depth below the silhouette), so
-//    they follow the slope, clustered by a slower noise.
+//    coordinates: across the width, and the distance across the silhouette),
+//    so they follow the slope, clustered by a slower noise; the crest's dark
+//    band is measured across the edge too (as wide on a steep flank).
 //  - Mist: each layer fades into an uneven band of mist at its foot.
 //  - Water: broad, soft horizontal washes below water_top, darker by the shore.
 DANQING_HOST_DEVICE inline float LandscapePixel(const float* lattice, const Ridge* ridges,
@@ -117,12 +118,14 @@ DANQING_HOST_DEVICE inline float LandscapePixel(const float* lattice, const Ridg
     const float xfade = Smooth(rg.x0, rg.x0 + 0.1f, fx) * (1.0f - Smooth(rg.x1 - 0.1f, rg.x1, fx));
     const float near = nridges > 1 ? static_cast<float>(r) / static_cast<float>(nridges - 1) : 1.0f;
     // Darker at the crest, graded down into the mist.
-    const float dd = depth > 0.0f ? depth / 0.035f : 0.0f;
+    // (Across the edge, not down the column: as wide on a steep flank.)
+    const float across = depth / norm;
+    const float dd = across > 0.0f ? across * (1.0f / 0.035f) : 0.0f;
     const float crest = 0.45f + 0.55f / (1.0f + dd * dd);
     const float mist = 1.0f - Smooth(0.0f, mist_len, depth);
-    // 皴 along the ridge line: long thin streaks in (width, depth below the
-    // silhouette), grouped by a slow noise; near layers carry more of them.
-    const float u = fx * aspect, v = depth;
+    // 皴 along the ridge line: long thin streaks in (width, distance across
+    // the silhouette), grouped by a slow noise; near layers carry more.
+    const float u = fx * aspect, v = across;
     const float streak = Noise2(lattice, u * 14.0f + rg.phase * 3.0f + 31.0f, v * 70.0f);
     const float group = Noise2(lattice, u * 5.0f + rg.phase + 37.0f, v * 18.0f + 101.0f);
     const float cun_mark = Smooth(0.5f, 0.8f, streak) * Smooth(0.3f, 0.65f, group);

@@ -277,7 +277,6 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
       if (wet != nullptr) vrow(*wet, y, &wet_row);
       for (int x = 0; x < w; ++x) {
         const size_t xs = static_cast<size_t>(x);
-        float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
         const float pf = tex.Paper(x + in.fibre_dx, y + in.fibre_dy);
         const size_t i = static_cast<size_t>(wash_tab.i0[xs]);
         const float t = wash_tab.t[xs];
@@ -292,6 +291,8 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
           const size_t j = static_cast<size_t>(wet_tab.i0[xs]);
           float halo = wet_row[j] + (wet_row[j + 1] - wet_row[j]) * wet_tab.t[xs];
           if (halo > 0.0f) {
+            // The halo creeps along the ink's fibre tile.
+            const float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
             float spread = halo * (0.22f + 0.28f * fib);
             a = 1.0f - (1.0f - a) * (1.0f - spread);
           }

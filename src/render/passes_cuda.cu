@@ -308,7 +308,6 @@ __global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, cons
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
   if (x >= w || y >= h) return;
-  float fib = FibreD(tex, x + a.fibre_dx, y + a.fibre_dy);
   const float pf = PaperD(tex, x + a.fibre_dx, y + a.fibre_dy);
   float bl = Sample(blotch, x, y, w, h);
   float wa = Sample(wash, x, y, w, h);
@@ -319,6 +318,7 @@ __global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, cons
   if (a.has_wet) {
     float halo = Sample(wet, x, y, w, h);
     if (halo > 0.0f) {
+      const float fib = FibreD(tex, x + a.fibre_dx, y + a.fibre_dy);
       float spread = halo * (0.22f + 0.28f * fib);
       al = 1.0f - (1.0f - al) * (1.0f - spread);
     }

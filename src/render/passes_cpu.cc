@@ -693,6 +693,7 @@ Textures Textures::Build() {
     const float len = 50.0f + 190.0f * u * u;
     const float curl = (frng.Uniform() - 0.5f) * 0.005f;
     const float strength = 0.25f + 0.5f * frng.Uniform();
+    const float wander_phase = frng.Uniform() * 6.2831853f;  // a gentle wave along the fibre
     for (float s = 0; s < len; s += 0.5f) {
       const float taper = std::min(1.0f, std::min(s, len - s) / 12.0f);
       const float fx = std::floor(x), fy = std::floor(y);
@@ -706,7 +707,7 @@ Textures Textures::Build() {
       }
       x += std::cos(ang) * 0.5f;
       y += std::sin(ang) * 0.5f;
-      ang += curl;
+      ang += curl + 0.006f * std::sin(s * 0.045f + wander_phase);
     }
   }
   t.paper.resize(paper.size());

@@ -425,6 +425,17 @@ PhotoInput CoverPhoto(const image::Image& photo, const CanvasPlanes& planes, flo
   }
   in.w = std::max(1, in.w);
   in.h = std::max(1, in.h);
+  // A photo whose pixels do not match its size (CheckPlan refuses it): no
+  // range to measure.
+  if (photo.rgb.size() !=
+          static_cast<size_t>(photo.width) * static_cast<size_t>(photo.height) * 3 ||
+      in.x0 + in.w > photo.width || in.y0 + in.h > photo.height) {
+    in.text_x0 = text_x0;
+    in.text_y0 = text_y0;
+    in.text_x1 = text_x1;
+    in.text_y1 = text_y1;
+    return in;
+  }
   // The tonal range, from a grid of the window's pixels.
   const int step =
       std::max(1, static_cast<int>(std::sqrt(static_cast<double>(in.w) * in.h / 65536.0)));
@@ -679,10 +690,8 @@ Textures Textures::Build() {
   std::vector<float> paper(static_cast<size_t>(P) * P);
   for (int y = 0; y < P; ++y) {
     for (int x = 0; x < P; ++x) {
-      const float fx = static_cast<float>(x), fy = static_cast<float>(y);
       paper[static_cast<size_t>(y) * P + static_cast<size_t>(x)] =
-          0.16f * paint::HashNoise(fx * 0.45f, fy * 0.45f, 83u) +
-          0.08f * paint::HashCorner(x, y, 89u);
+          0.2f * paint::HashCorner(x, y, 89u);
     }
   }
   Rng frng(0x9a9e5f1bull);

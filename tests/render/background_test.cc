@@ -418,6 +418,46 @@ TEST(WashTest, DarkAreasBleedAndEdgesGetBrushLines) {
   EXPECT_GT(ring, ground + 0.08f) << "bleeding and a line at the disc's edge";
 }
 
+TEST(WashTest, TheInkValuesSpanThePhotosOwnRange) {
+  const CanvasPlanes planes = PlanesFor(480, 270);
+  // A dim, low-contrast photo (grey 40..119 across, the canvas' aspect, so
+  // the window is all of it): its own 2nd..98th percentiles.
+  image::Image dim;
+  dim.width = 160;
+  dim.height = 90;
+  dim.rgb.resize(160u * 90u * 3u);
+  for (int y = 0; y < 90; ++y) {
+    for (int x = 0; x < 160; ++x) {
+      std::fill_n(dim.rgb.data() + (static_cast<size_t>(y) * 160 + x) * 3, 3,
+                  static_cast<uint8_t>(40 + x / 2));
+    }
+  }
+  PhotoInput in = CoverPhoto(dim, planes, 0, 0, 0, 0);
+  EXPECT_NEAR(in.lum_lo, 41.6f / 255.0f, 0.006f);
+  EXPECT_NEAR(in.lum_hi, 118.4f / 255.0f, 0.006f);
+  // A flat photo: a range of 0.25 around its tone, not a division by zero.
+  std::fill(dim.rgb.begin(), dim.rgb.end(), uint8_t{250});
+  in = CoverPhoto(dim, planes, 0, 0, 0, 0);
+  EXPECT_FLOAT_EQ(in.lum_hi - in.lum_lo, 0.25f);
+  EXPECT_LE(in.lum_hi, 1.0f);
+  // Pixels that do not match the size (the plan check refuses such a photo
+  // with a clear error): nothing is read, the full range stands.
+  image::Image torn;
+  torn.width = 300;
+  torn.height = 200;
+  in = CoverPhoto(torn, planes, 0, 0, 0, 0);
+  EXPECT_EQ(in.lum_lo, 0.0f);
+  EXPECT_EQ(in.lum_hi, 1.0f);
+  PassPlan plan;
+  plan.planes = planes;
+  const std::vector<Dab> dabs;
+  plan.dabs = &dabs;
+  plan.photo = &in;
+  const Status st = CheckPlan(plan);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("photo"), std::string::npos) << st.ToString();
+}
+
 TEST(BackgroundTest, EachSeedPaintsItsOwnAndTheSameSeedTheSame) {
   auto r = Renderer::Create();
   ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -6,9 +6,9 @@
 // calls these functions in its loops, passes_cuda.cu in its kernels (nvcc
 // compiles them for the device too), so the two give the same bytes.
 //
-// Only IEEE float arithmetic and sqrtf (correctly rounded) here: no other libm
-// call, so the results are the same on every host (render_test pins the photo
-// wash's bytes).
+// Only IEEE float arithmetic, sqrtf (correctly rounded) and floorf (exact)
+// here: no other libm call, so the results are the same on every host
+// (render_test pins the photo wash's bytes).
 //
 // Thread-safety: pure functions of their arguments.
 #pragma once

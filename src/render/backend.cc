@@ -97,7 +97,8 @@ size_t DeviceBytesPerRender(const PassPlan& plan) {
 size_t DeviceTextureBytes() {
   return (static_cast<size_t>(Textures::kFibre) * Textures::kFibre +
           static_cast<size_t>(Textures::kNoise2) * Textures::kNoise2 + Textures::kNoise1) *
-         sizeof(float);
+             sizeof(float) +
+         static_cast<size_t>(Textures::kPaper) * Textures::kPaper;
 }
 
 }  // namespace danqing::render

@@ -39,11 +39,21 @@ struct Textures {
   static constexpr int kFibre = 512;   // paper fibre tile, kFibre x kFibre, 0..1
   static constexpr int kNoise2 = 256;  // smooth value-noise lattice, periodic
   static constexpr int kNoise1 = 4096; // 1-D value noise, periodic
+  // 宣纸 (issue 27): faint grain and long, thin, sparse fibres at random
+  // angles, 0..255 (Paper: 0..1); large, so no period shows on a canvas up
+  // to kPaper pixels a side. Compose's paper tone and wash take it.
+  static constexpr int kPaper = 2048;
   std::vector<float> fibre, noise2, noise1;
+  std::vector<uint8_t> paper;
 
   static Textures Build();
   float Fibre(int x, int y) const {
     return fibre[static_cast<size_t>((y & (kFibre - 1)) * kFibre + (x & (kFibre - 1)))];
+  }
+  float Paper(int x, int y) const {
+    return static_cast<float>(
+               paper[static_cast<size_t>((y & (kPaper - 1)) * kPaper + (x & (kPaper - 1)))]) *
+           (1.0f / 255.0f);
   }
   float Noise1(float t) const;            // smooth, 0..1, period kNoise1
   float Noise2(float x, float y) const;   // smooth, 0..1, period kNoise2
@@ -127,20 +137,30 @@ struct ComposeInputs {
   float paper_rgb[3] = {236, 226, 204};
   float wash_rgb[3] = {60, 62, 64};
   float ink_rgb[3] = {20, 18, 17};
-  int fibre_dx = 0, fibre_dy = 0;   // seed offset into the fibre tile
+  // The colour of pale washes (dilute ink: far ridges, mist); denser washes
+  // turn to wash_rgb (paint::WashChannel).
+  float wash_light_rgb[3] = {96, 110, 128};
+  int fibre_dx = 0, fibre_dy = 0;  // seed offset into the fibre and paper tiles
 };
 
-// The visitor's photo as the background. The passes turn its window into the
-// wash (PhotoWash): a resample to lw x lh (image::MakeResampleTaps), the
-// luminance, two radius-2 box blurs, then a tone curve plus the photo's edges
-// as darker lines, lighter under the text block.
+// The visitor's photo as the background. The passes turn its window into an
+// ink painting (PhotoWash, issue 27): a resample to lw x lh
+// (image::MakeResampleTaps), the luminance, an edge-preserving smoothing
+// (paint::PhotoSmooth), its tones reduced to a few ink values
+// (paint::PhotoTone), wet bleeding from the dark areas and brush lines along
+// the strong edges (paint::PhotoInk), lighter under the text block.
 struct PhotoInput {
   const image::Image* image = nullptr;
   int x0 = 0, y0 = 0, w = 0, h = 0;             // the window of `image` that covers the canvas
   float text_x0 = 0, text_y0 = 0, text_x1 = 0, text_y1 = 0;  // the text block, canvas pixels
+  // The window's tonal range (luminance 0..1 at its 2nd and 98th
+  // percentiles, at least 0.25 apart), which the wash's ink values span: the
+  // lights of any photo show the paper, its darks the darkest ink.
+  float lum_lo = 0, lum_hi = 1;
 };
 // The largest centred window of `photo` with the aspect of the lw x lh wash
-// (cover fit), and the text block; the photo is not copied.
+// (cover fit), its tonal range (from at most ~65k of its pixels), and the
+// text block; the photo is not copied.
 PhotoInput CoverPhoto(const image::Image& photo, const CanvasPlanes& planes, float text_x0, float text_y0,
                       float text_x1, float text_y1);
 

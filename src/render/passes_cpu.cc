@@ -1,10 +1,11 @@
 // The CPU reference implementation of the heavy passes (see passes.h).
 #include <algorithm>
 #include <chrono>
-#include <string>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
+#include "render/paint.h"
 #include "render/passes.h"
 #include "render/random.h"
 
@@ -209,38 +210,13 @@ void CpuPasses::Landscape(const LandscapeParams& p, const Textures& tex, Plane* 
   const int w = wash->w, h = wash->h;
   // Ridge heights per column (cheap, 1-D), then the per-pixel washes.
   const std::vector<float> ridge_y = RidgeTable(p, tex, w);
-  const float aspect = static_cast<float>(w) / static_cast<float>(h);
+  const int n = static_cast<int>(p.ridges.size());
   ParallelFor(threads_, h, [&](int y0, int y1) {
     for (int y = y0; y < y1; ++y) {
-      float fy = (static_cast<float>(y) + 0.5f) / static_cast<float>(h);
       float* out = wash->row(y);
       for (int x = 0; x < w; ++x) {
-        float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
-        float acc = p.sky * (1.0f - fy) * (0.6f + 0.8f * tex.Noise2(fx * 3.0f * aspect, fy * 3.0f));
-        for (size_t r = 0; r < p.ridges.size(); ++r) {
-          const Ridge& rg = p.ridges[r];
-          float ry = ridge_y[r * static_cast<size_t>(w) + static_cast<size_t>(x)];
-          float depth = fy - ry;
-          if (depth < -0.004f) continue;
-          if (depth > rg.mist || fx < rg.x0 || fx > rg.x1) continue;
-          float edge_aa = Smoothstep(-0.004f, 0.002f, depth);
-          float xfade = Smoothstep(rg.x0, rg.x0 + 0.1f, fx) * (1.0f - Smoothstep(rg.x1 - 0.1f, rg.x1, fx));
-          float dark = 0.42f + 0.58f * std::exp(-depth / 0.03f);
-          float mist = 1.0f - Smoothstep(0.0f, rg.mist, depth);
-          // Texture strokes (cun): stretched noise down the slopes.
-          float tx = tex.Fbm2(fx * 28.0f * aspect + rg.phase * 50.0f, fy * 12.0f, 2);
-          float cun = 0.55f + 0.9f * (tx - 0.5f) + 0.25f * Smoothstep(0.6f, 0.75f, tx);
-          float d = rg.density * dark * mist * std::clamp(cun, 0.2f, 1.4f) * xfade * edge_aa;
-          d = std::clamp(d, 0.0f, 1.0f);
-          acc = acc + d * (1.0f - acc);
-        }
-        if (fy > p.water_top) {
-          float n = tex.Noise2(fx * 6.0f * aspect + p.water_phase, fy * 160.0f);
-          float line = Smoothstep(0.72f, 0.86f, n) * (1.0f - Smoothstep(0.0f, 0.25f, fy - p.water_top)) * 0.5f +
-                       Smoothstep(0.78f, 0.9f, n) * 0.12f;
-          acc = acc + line * 0.35f * (1.0f - acc);
-        }
-        out[x] = acc;
+        out[x] = paint::LandscapePixel(tex.noise2.data(), p.ridges.data(), ridge_y.data(), n,
+                                       p.water_top, p.water_phase, p.sky, x, y, w, h);
       }
     }
   });
@@ -276,7 +252,7 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
   const float bscale = static_cast<float>(w) / static_cast<float>(wash.w) / 220.0f;
   for (int y = 0; y < wash.h; ++y) {
     for (int x = 0; x < wash.w; ++x) {
-      blotch.row(y)[x] = tex.Noise2(static_cast<float>(x) * bscale + 37.0f, static_cast<float>(y) * bscale);
+      blotch.row(y)[x] = paint::PaperMottle(tex.noise2.data(), x, y, bscale);
     }
   }
   // Vertical interpolation of a plane into a row buffer.
@@ -301,26 +277,29 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
       if (wet != nullptr) vrow(*wet, y, &wet_row);
       for (int x = 0; x < w; ++x) {
         const size_t xs = static_cast<size_t>(x);
-        float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
+        const float pf = tex.Paper(x + in.fibre_dx, y + in.fibre_dy);
         const size_t i = static_cast<size_t>(wash_tab.i0[xs]);
         const float t = wash_tab.t[xs];
         float bl = blotch_row[i] + (blotch_row[i + 1] - blotch_row[i]) * t;
         float wa = wash_row[i] + (wash_row[i + 1] - wash_row[i]) * t;
-        float paper_k = 1.0f - 0.05f * (fib - 0.5f) - 0.06f * (bl - 0.5f);
-        // Wash pigment settles in the fibres.
-        wa = std::clamp(wa * (0.85f + 0.3f * fib), 0.0f, 1.0f);
+        float paper_k = paint::PaperTone(bl, pf);
+        // The sizing's mottle takes more or less pigment; fibres take less.
+        wa = paint::WashTaken(wa, bl, pf);
+        const float mix = paint::WashMix(wa);
         float a = ink[x];
         if (wet != nullptr) {
           const size_t j = static_cast<size_t>(wet_tab.i0[xs]);
           float halo = wet_row[j] + (wet_row[j + 1] - wet_row[j]) * wet_tab.t[xs];
           if (halo > 0.0f) {
+            // The halo creeps along the ink's fibre tile.
+            const float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
             float spread = halo * (0.22f + 0.28f * fib);
             a = 1.0f - (1.0f - a) * (1.0f - spread);
           }
         }
         for (int c = 0; c < 3; ++c) {
           float paper = in.paper_rgb[c] * paper_k;
-          float v = paper + (in.wash_rgb[c] - paper) * wa;
+          float v = paint::WashChannel(paper, in.wash_rgb[c], in.wash_light_rgb[c], wa, mix);
           v = v + (in.ink_rgb[c] - v) * a;
           out[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
         }
@@ -347,16 +326,17 @@ void CpuPasses::Compose(const ComposeInputs& in, const Textures& tex, int w, int
           const size_t j = static_cast<size_t>(wet_tab.i0[xs]);
           if (wet_row[j] <= 0.0f && wet_row[j + 1] <= 0.0f) continue;
         }
-        float fib = tex.Fibre(x + in.fibre_dx, y + in.fibre_dy);
+        const float pf = tex.Paper(x + in.fibre_dx, y + in.fibre_dy);
         const size_t i = static_cast<size_t>(wash_tab.i0[xs]);
         const float t = wash_tab.t[xs];
         float bl = blotch_row[i] + (blotch_row[i + 1] - blotch_row[i]) * t;
         float wa = wash_row[i] + (wash_row[i + 1] - wash_row[i]) * t;
-        float paper_k = 1.0f - 0.05f * (fib - 0.5f) - 0.06f * (bl - 0.5f);
-        wa = std::clamp(wa * (0.85f + 0.3f * fib), 0.0f, 1.0f);
+        float paper_k = paint::PaperTone(bl, pf);
+        wa = paint::WashTaken(wa, bl, pf);
+        const float mix = paint::WashMix(wa);
         for (int c = 0; c < 3; ++c) {
           float paper = in.paper_rgb[c] * paper_k;
-          float v = paper + (in.wash_rgb[c] - paper) * wa;
+          float v = paint::WashChannel(paper, in.wash_rgb[c], in.wash_light_rgb[c], wa, mix);
           bg[x * 3 + c] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
         }
       }
@@ -385,61 +365,46 @@ void CpuPasses::PhotoWash(const PhotoInput& photo, const CanvasPlanes& planes, P
       out[x] = (0.299f * r[x * 3] + 0.587f * r[x * 3 + 1] + 0.114f * r[x * 3 + 2]) / 255.0f;
     }
   });
-  // Two box blurs (radius 2) for soft washes. Each output is the sum of its
-  // five neighbours, nearest to farthest in k = -2..2 order with the edge
-  // pixel repeated, over 5; the interior skips the clamping.
-  // Row yy of a w x h plane, the edge row repeated beyond it.
-  auto clamped_row = [w, h](const float* plane, int yy) {
-    return plane + static_cast<size_t>(std::clamp(yy, 0, h - 1)) * static_cast<size_t>(w);
-  };
-  const int x_lo = std::min(2, w), x_hi = std::max(x_lo, w - 2);  // interior columns [x_lo, x_hi)
-  auto blur_row_at = [w](const float* in, int x) {
-    float s = 0;
-    for (int k = -2; k <= 2; ++k) s += in[std::clamp(x + k, 0, w - 1)];
-    return s / 5.0f;
-  };
-  for (int pass = 0; pass < 2; ++pass) {
-    rows([&](int y) {
-      const float* in = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
-      float* out = tmp.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
-      for (int x = 0; x < x_lo; ++x) out[x] = blur_row_at(in, x);
-      for (int x = x_lo; x < x_hi; ++x) out[x] = (((in[x - 2] + in[x - 1]) + in[x]) + in[x + 1] + in[x + 2]) / 5.0f;
-      for (int x = x_hi; x < w; ++x) out[x] = blur_row_at(in, x);
-    });
-    rows([&](int y) {
-      const float* r[5];
-      for (int k = -2; k <= 2; ++k) r[k + 2] = clamped_row(tmp.data(), y + k);
-      float* out = lum.data() + static_cast<size_t>(y) * static_cast<size_t>(w);
-      for (int x = 0; x < w; ++x) out[x] = (((r[0][x] + r[1][x]) + r[2][x]) + r[3][x] + r[4][x]) / 5.0f;
-    });
-  }
-  // Wash pixels per canvas pixel, and the soft margin around the text block.
-  const float sx = static_cast<float>(w) / static_cast<float>(planes.w);
-  const float sy = static_cast<float>(h) / static_cast<float>(planes.h);
-  const float margin = 0.04f * static_cast<float>(w) / sx;
+  // The ink painting (paint.h): edge-preserving smoothing, the tones as a
+  // few ink values, their wet bleeding (a box blur along x, then y), then
+  // edges, bleeding and the fade under the text per pixel.
+  const float* lp = lum.data();
+  float* tp = tmp.data();
   rows([&](int y) {
-    const float *up = clamped_row(lum.data(), y - 1), *mid = clamped_row(lum.data(), y),
-                *down = clamped_row(lum.data(), y + 1);
-    const float py = (static_cast<float>(y) + 0.5f) / sy;
-    const float inside_y = std::min(py - photo.text_y0, photo.text_y1 - py);
-    float* out = wash->row(y);
+    float* out = tp + static_cast<size_t>(y) * static_cast<size_t>(w);
+    for (int x = 0; x < w; ++x) out[x] = paint::PhotoSmooth(lp, w, h, x, y);
+  });
+  image::UninitVector<float> tone(lum.size()), bleed(lum.size());
+  float* qp = tone.data();
+  rows([&](int y) {
+    const size_t o = static_cast<size_t>(y) * static_cast<size_t>(w);
     for (int x = 0; x < w; ++x) {
-      const int xl = x > 0 ? x - 1 : 0, xr = x < w - 1 ? x + 1 : w - 1;
-      float l = mid[x];
-      float gx = mid[xr] - mid[xl], gy = down[x] - up[x];
-      float edge = std::min(1.0f, std::sqrt(gx * gx + gy * gy) * 6.0f);
-      float dark = 1.0f - l;
-      // Graded washes: a gentle tone curve, plus the photo's edges as lines.
-      float tone = dark * dark * (3.0f - 2.0f * dark);
-      float d = std::clamp(0.55f * tone + 0.35f * edge * edge, 0.0f, 0.8f);
-      // Lighter under the text block, with a soft margin.
-      float px = (static_cast<float>(x) + 0.5f) / sx;
-      float inside_x = std::min(px - photo.text_x0, photo.text_x1 - px);
-      float inside = std::min(inside_x, inside_y);
-      float fade = std::clamp((inside + margin) / (2.0f * margin), 0.0f, 1.0f);
-      d *= 1.0f - 0.6f * fade * fade * (3.0f - 2.0f * fade);
-      out[x] = d;
+      qp[o + static_cast<size_t>(x)] =
+          paint::PhotoTone(tp[o + static_cast<size_t>(x)], photo.lum_lo, photo.lum_hi);
     }
+  });
+  float* bx = lum.data();  // the luminance is no longer needed
+  rows([&](int y) {
+    float* out = bx + static_cast<size_t>(y) * static_cast<size_t>(w);
+    for (int x = 0; x < w; ++x) out[x] = paint::BoxAt(qp, w, h, x, y, 1, paint::kBleedRadius);
+  });
+  float* bp = bleed.data();
+  rows([&](int y) {
+    float* out = bp + static_cast<size_t>(y) * static_cast<size_t>(w);
+    for (int x = 0; x < w; ++x) out[x] = paint::BoxAt(bx, w, h, x, y, 0, paint::kBleedRadius);
+  });
+  // Wash pixels per canvas pixel, and the soft margin around the text block.
+  paint::PhotoText text{};
+  text.sx = static_cast<float>(w) / static_cast<float>(planes.w);
+  text.sy = static_cast<float>(h) / static_cast<float>(planes.h);
+  text.margin = 0.04f * static_cast<float>(w) / text.sx;
+  text.x0 = photo.text_x0;
+  text.y0 = photo.text_y0;
+  text.x1 = photo.text_x1;
+  text.y1 = photo.text_y1;
+  rows([&](int y) {
+    float* out = wash->row(y);
+    for (int x = 0; x < w; ++x) out[x] = paint::PhotoInk(tp, qp, bp, w, h, x, y, text);
   });
 }
 
@@ -460,6 +425,45 @@ PhotoInput CoverPhoto(const image::Image& photo, const CanvasPlanes& planes, flo
   }
   in.w = std::max(1, in.w);
   in.h = std::max(1, in.h);
+  // A photo whose pixels do not match its size (CheckPlan refuses it): no
+  // range to measure.
+  if (photo.rgb.size() !=
+          static_cast<size_t>(photo.width) * static_cast<size_t>(photo.height) * 3 ||
+      in.x0 + in.w > photo.width || in.y0 + in.h > photo.height) {
+    in.text_x0 = text_x0;
+    in.text_y0 = text_y0;
+    in.text_x1 = text_x1;
+    in.text_y1 = text_y1;
+    return in;
+  }
+  // The tonal range, from a grid of the window's pixels.
+  const int step =
+      std::max(1, static_cast<int>(std::sqrt(static_cast<double>(in.w) * in.h / 65536.0)));
+  std::vector<uint32_t> hist(256, 0);
+  uint32_t n = 0;
+  for (int y = in.y0; y < in.y0 + in.h; y += step) {
+    const uint8_t* row = photo.row(y);
+    for (int x = in.x0; x < in.x0 + in.w; x += step, ++n) {
+      const uint8_t* p = row + static_cast<size_t>(x) * 3;
+      ++hist[(299u * p[0] + 587u * p[1] + 114u * p[2] + 500u) / 1000u];
+    }
+  }
+  auto percentile = [&](uint32_t rank) {
+    uint32_t seen = 0;
+    for (int v = 0; v < 256; ++v) {
+      seen += hist[static_cast<size_t>(v)];
+      if (seen > rank) return static_cast<float>(v) / 255.0f;
+    }
+    return 1.0f;
+  };
+  float lo = percentile(n / 50), hi = percentile(n - 1 - n / 50);
+  if (hi - lo < 0.25f) {
+    const float mid = std::clamp(0.5f * (lo + hi), 0.125f, 0.875f);
+    lo = mid - 0.125f;
+    hi = mid + 0.125f;
+  }
+  in.lum_lo = lo;
+  in.lum_hi = hi;
   in.text_x0 = text_x0;
   in.text_y0 = text_y0;
   in.text_x1 = text_x1;
@@ -679,6 +683,46 @@ Textures Textures::Build() {
     hi = std::max(hi, v);
   }
   for (auto& v : t.fibre) v = (v - lo) / (hi - lo);
+  // 宣纸: a faint grain, then long thin fibres at random angles, sparse (a
+  // few percent of the sheet), each tapering at its ends, drawn with
+  // bilinear coverage (no stair-stepped lines). No lattice, no net.
+  constexpr int P = kPaper;
+  std::vector<float> paper(static_cast<size_t>(P) * P);
+  for (int y = 0; y < P; ++y) {
+    for (int x = 0; x < P; ++x) {
+      paper[static_cast<size_t>(y) * P + static_cast<size_t>(x)] =
+          0.2f * paint::HashCorner(x, y, 89u);
+    }
+  }
+  Rng frng(0x9a9e5f1bull);
+  for (int f = 0; f < 1100; ++f) {
+    float x = frng.Uniform() * P, y = frng.Uniform() * P;
+    float ang = frng.Uniform() * 6.2831853f;
+    const float u = frng.Uniform();
+    const float len = 50.0f + 190.0f * u * u;
+    const float curl = (frng.Uniform() - 0.5f) * 0.005f;
+    const float strength = 0.25f + 0.5f * frng.Uniform();
+    const float wander_phase = frng.Uniform() * 6.2831853f;  // a gentle wave along the fibre
+    for (float s = 0; s < len; s += 0.5f) {
+      const float taper = std::min(1.0f, std::min(s, len - s) / 12.0f);
+      const float fx = std::floor(x), fy = std::floor(y);
+      const float ax = x - fx, ay = y - fy;
+      const int ix = static_cast<int>(fx), iy = static_cast<int>(fy);
+      const float wts[4] = {(1 - ax) * (1 - ay), ax * (1 - ay), (1 - ax) * ay, ax * ay};
+      for (int k = 0; k < 4; ++k) {
+        const int px = (ix + (k & 1)) & (P - 1), py = (iy + (k >> 1)) & (P - 1);
+        float& v = paper[static_cast<size_t>(py) * P + static_cast<size_t>(px)];
+        v = std::max(v, strength * taper * std::min(1.0f, wts[k] * 1.6f));
+      }
+      x += std::cos(ang) * 0.5f;
+      y += std::sin(ang) * 0.5f;
+      ang += curl + 0.006f * std::sin(s * 0.045f + wander_phase);
+    }
+  }
+  t.paper.resize(paper.size());
+  for (size_t i = 0; i < paper.size(); ++i) {
+    t.paper[i] = static_cast<uint8_t>(std::clamp(paper[i], 0.0f, 1.0f) * 255.0f + 0.5f);
+  }
   return t;
 }
 

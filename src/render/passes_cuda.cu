@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "render/cuda_context_lost.h"
+#include "render/paint.h"
 #include "render/passes_cuda.h"
 
 namespace danqing::render {
@@ -32,6 +33,7 @@ struct DevTex {
   const float* fibre = nullptr;
   const float* noise2 = nullptr;
   const float* noise1 = nullptr;
+  const uint8_t* paper = nullptr;  // Textures::paper, kPaper x kPaper
 };
 
 namespace {
@@ -47,6 +49,12 @@ __device__ inline float FibreD(const DevTex& t, int x, int y) {
   return t.fibre[(y & (Textures::kFibre - 1)) * Textures::kFibre + (x & (Textures::kFibre - 1))];
 }
 
+__device__ inline float PaperD(const DevTex& t, int x, int y) {
+  return static_cast<float>(t.paper[(y & (Textures::kPaper - 1)) * Textures::kPaper +
+                                    (x & (Textures::kPaper - 1))]) *
+         (1.0f / 255.0f);
+}
+
 __device__ inline float Noise1D(const DevTex& tx, float t) {
   float f = floorf(t);
   float fr = t - f;
@@ -54,32 +62,6 @@ __device__ inline float Noise1D(const DevTex& tx, float t) {
   float a = tx.noise1[i], b = tx.noise1[(i + 1) & (Textures::kNoise1 - 1)];
   float s = fr * fr * (3.0f - 2.0f * fr);
   return a + (b - a) * s;
-}
-
-__device__ inline float Noise2D(const DevTex& t, float x, float y) {
-  constexpr int K = Textures::kNoise2;
-  float fx = floorf(x), fy = floorf(y);
-  float tx = x - fx, ty = y - fy;
-  int ix = static_cast<int>(static_cast<long long>(fx) & (K - 1));
-  int iy = static_cast<int>(static_cast<long long>(fy) & (K - 1));
-  int jx = (ix + 1) & (K - 1), jy = (iy + 1) & (K - 1);
-  const float* n = t.noise2;
-  float sx = tx * tx * (3.0f - 2.0f * tx), sy = ty * ty * (3.0f - 2.0f * ty);
-  float a = n[iy * K + ix] + (n[iy * K + jx] - n[iy * K + ix]) * sx;
-  float b = n[jy * K + ix] + (n[jy * K + jx] - n[jy * K + ix]) * sx;
-  return a + (b - a) * sy;
-}
-
-__device__ inline float Fbm2D(const DevTex& t, float x, float y, int octaves) {
-  float sum = 0, amp = 0.5f, norm = 0;
-  for (int o = 0; o < octaves; ++o) {
-    sum += amp * Noise2D(t, x, y);
-    norm += amp;
-    x = x * 2.03f + 17.0f;
-    y = y * 2.03f + 31.0f;
-    amp *= 0.5f;
-  }
-  return sum / norm;
 }
 
 __device__ inline float Hash01D(uint32_t v) {
@@ -201,46 +183,20 @@ struct LandArgs {
   float water_top, water_phase, sky;
 };
 
-__global__ void LandscapeKernel(const Ridge* ridges, const float* ridge_y, LandArgs a, DevTex tex, float* wash,
-                                int w, int h) {
+__global__ void LandscapeKernel(const Ridge* ridges, const float* ridge_y, LandArgs a, DevTex tex,
+                                float* wash, int w, int h) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
   if (x >= w || y >= h) return;
-  const float aspect = static_cast<float>(w) / static_cast<float>(h);
-  float fy = (static_cast<float>(y) + 0.5f) / static_cast<float>(h);
-  float fx = (static_cast<float>(x) + 0.5f) / static_cast<float>(w);
-  float acc = a.sky * (1.0f - fy) * (0.6f + 0.8f * Noise2D(tex, fx * 3.0f * aspect, fy * 3.0f));
-  for (int r = 0; r < a.nridges; ++r) {
-    const Ridge rg = ridges[r];
-    float ry = ridge_y[r * w + x];
-    float depth = fy - ry;
-    if (depth < -0.004f) continue;
-    if (depth > rg.mist || fx < rg.x0 || fx > rg.x1) continue;
-    float edge_aa = SmoothstepD(-0.004f, 0.002f, depth);
-    float xfade = SmoothstepD(rg.x0, rg.x0 + 0.1f, fx) * (1.0f - SmoothstepD(rg.x1 - 0.1f, rg.x1, fx));
-    float dark = 0.42f + 0.58f * expf(-depth / 0.03f);
-    float mist = 1.0f - SmoothstepD(0.0f, rg.mist, depth);
-    float tx = Fbm2D(tex, fx * 28.0f * aspect + rg.phase * 50.0f, fy * 12.0f, 2);
-    float cun = 0.55f + 0.9f * (tx - 0.5f) + 0.25f * SmoothstepD(0.6f, 0.75f, tx);
-    float d = rg.density * dark * mist * Clampf(cun, 0.2f, 1.4f) * xfade * edge_aa;
-    d = Clampf(d, 0.0f, 1.0f);
-    acc = acc + d * (1.0f - acc);
-  }
-  if (fy > a.water_top) {
-    float n = Noise2D(tex, fx * 6.0f * aspect + a.water_phase, fy * 160.0f);
-    float line = SmoothstepD(0.72f, 0.86f, n) * (1.0f - SmoothstepD(0.0f, 0.25f, fy - a.water_top)) * 0.5f +
-                 SmoothstepD(0.78f, 0.9f, n) * 0.12f;
-    acc = acc + line * 0.35f * (1.0f - acc);
-  }
-  wash[static_cast<size_t>(y) * w + x] = acc;
+  wash[static_cast<size_t>(y) * w + x] = paint::LandscapePixel(
+      tex.noise2, ridges, ridge_y, a.nridges, a.water_top, a.water_phase, a.sky, x, y, w, h);
 }
 
 __global__ void BlotchKernel(DevTex tex, float* blotch, int w, int h, float bscale) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
   if (x >= w || y >= h) return;
-  blotch[static_cast<size_t>(y) * w + x] =
-      Noise2D(tex, static_cast<float>(x) * bscale + 37.0f, static_cast<float>(y) * bscale);
+  blotch[static_cast<size_t>(y) * w + x] = paint::PaperMottle(tex.noise2, x, y, bscale);
 }
 
 // The photo wash (CpuPasses::PhotoWash), in three steps. First the resample
@@ -274,49 +230,38 @@ __global__ void PhotoLumKernel(ResampleArgs a, float* lum, int w, int h) {
   lum[static_cast<size_t>(y) * w + x] = (0.299f * r + 0.587f * g + 0.114f * b) / 255.0f;
 }
 
-// A radius-2 box blur along x (along_x 1) or y (along_x 0): the five
-// neighbours in k = -2..2 order, the edge pixel repeated, over 5.
-__global__ void BoxBlurKernel(const float* in, float* out, int w, int h, int along_x) {
+// The ink painting of the photo (paint.h), one kernel per step: smoothing,
+// tones, the bleeding's box blur (along x, then y), then lines, bleeding
+// and the fade under the text.
+__global__ void PhotoSmoothKernel(const float* lum, float* out, int w, int h) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
   if (x >= w || y >= h) return;
-  float s = 0.0f;
-  for (int k = -2; k <= 2; ++k) {
-    const int xx = along_x ? min(max(x + k, 0), w - 1) : x;
-    const int yy = along_x ? y : min(max(y + k, 0), h - 1);
-    s += in[static_cast<size_t>(yy) * w + xx];
-  }
-  out[static_cast<size_t>(y) * w + x] = s / 5.0f;
+  out[static_cast<size_t>(y) * w + x] = paint::PhotoSmooth(lum, w, h, x, y);
 }
 
-struct WashArgs {
-  float sx, sy, margin;  // wash pixels per canvas pixel; the fade's margin
-  float tx0, ty0, tx1, ty1;  // the text block, canvas pixels
-};
-
-// Tone and edges of the blurred luminance, lighter under the text block.
-__global__ void PhotoWashKernel(const float* lum, WashArgs a, float* wash, int w, int h) {
+__global__ void PhotoToneKernel(const float* smooth, float* tone, int w, int h, float lo,
+                                float hi) {
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
   if (x >= w || y >= h) return;
-  const float* up = lum + static_cast<size_t>(max(y - 1, 0)) * w;
-  const float* mid = lum + static_cast<size_t>(y) * w;
-  const float* down = lum + static_cast<size_t>(min(y + 1, h - 1)) * w;
-  const int xl = x > 0 ? x - 1 : 0, xr = x < w - 1 ? x + 1 : w - 1;
-  float l = mid[x];
-  float gx = mid[xr] - mid[xl], gy = down[x] - up[x];
-  float edge = fminf(1.0f, sqrtf(gx * gx + gy * gy) * 6.0f);
-  float dark = 1.0f - l;
-  float tone = dark * dark * (3.0f - 2.0f * dark);
-  float d = Clampf(0.55f * tone + 0.35f * edge * edge, 0.0f, 0.8f);
-  const float py = (static_cast<float>(y) + 0.5f) / a.sy;
-  const float inside_y = fminf(py - a.ty0, a.ty1 - py);
-  float px = (static_cast<float>(x) + 0.5f) / a.sx;
-  float inside_x = fminf(px - a.tx0, a.tx1 - px);
-  float inside = fminf(inside_x, inside_y);
-  float fade = Clampf((inside + a.margin) / (2.0f * a.margin), 0.0f, 1.0f);
-  d *= 1.0f - 0.6f * fade * fade * (3.0f - 2.0f * fade);
-  wash[static_cast<size_t>(y) * w + x] = d;
+  const size_t i = static_cast<size_t>(y) * w + x;
+  tone[i] = paint::PhotoTone(smooth[i], lo, hi);
+}
+
+__global__ void BoxBlurKernel(const float* in, float* out, int w, int h, int along_x, int radius) {
+  int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (x >= w || y >= h) return;
+  out[static_cast<size_t>(y) * w + x] = paint::BoxAt(in, w, h, x, y, along_x, radius);
+}
+
+__global__ void PhotoInkKernel(const float* smooth, const float* tone, const float* bleed,
+                               paint::PhotoText text, float* wash, int w, int h) {
+  int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (x >= w || y >= h) return;
+  wash[static_cast<size_t>(y) * w + x] = paint::PhotoInk(smooth, tone, bleed, w, h, x, y, text);
 }
 
 // A low-resolution plane sampled like the CPU's vrow + XTab: vertical, then
@@ -344,7 +289,7 @@ __device__ inline float Sample(const LowPlane& p, int x, int y, int W, int H) {
 }
 
 struct ComposeArgs {
-  float paper[3], wash[3], ink[3];
+  float paper[3], wash[3], wash_light[3], ink[3];
   int fibre_dx, fibre_dy;
   int has_wet;
 };
@@ -363,15 +308,17 @@ __global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, cons
   int x = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   int y = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
   if (x >= w || y >= h) return;
-  float fib = FibreD(tex, x + a.fibre_dx, y + a.fibre_dy);
+  const float pf = PaperD(tex, x + a.fibre_dx, y + a.fibre_dy);
   float bl = Sample(blotch, x, y, w, h);
   float wa = Sample(wash, x, y, w, h);
-  float paper_k = 1.0f - 0.05f * (fib - 0.5f) - 0.06f * (bl - 0.5f);
-  wa = Clampf(wa * (0.85f + 0.3f * fib), 0.0f, 1.0f);
+  float paper_k = paint::PaperTone(bl, pf);
+  wa = paint::WashTaken(wa, bl, pf);
+  const float mix = paint::WashMix(wa);
   float al = ink[static_cast<size_t>(y) * w + x];
   if (a.has_wet) {
     float halo = Sample(wet, x, y, w, h);
     if (halo > 0.0f) {
+      const float fib = FibreD(tex, x + a.fibre_dx, y + a.fibre_dy);
       float spread = halo * (0.22f + 0.28f * fib);
       al = 1.0f - (1.0f - al) * (1.0f - spread);
     }
@@ -383,7 +330,7 @@ __global__ void ComposeKernel(LowPlane wash, LowPlane blotch, LowPlane wet, cons
           kNotWritten;
   for (int c = 0; c < 3; ++c) {
     float paper = a.paper[c] * paper_k;
-    float v = paper + (a.wash[c] - paper) * wa;
+    float v = paint::WashChannel(paper, a.wash[c], a.wash_light[c], wa, mix);
     const uint8_t under = static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
     v = v + (a.ink[c] - v) * al;
     out[c] = static_cast<uint8_t>(Clampf(v + 0.5f, 0.0f, 255.0f));
@@ -406,7 +353,7 @@ dim3 Grid2(int w, int h, dim3 block) {
 struct CudaContext::Impl {
   int device = 0;
   DevTex tex;
-  float* tex_mem = nullptr;
+  float* tex_mem = nullptr;  // the float tables, then the paper tile's bytes
   size_t budget = 0;
   // Stream-ordered allocation from the device's pool (cudaMallocAsync), which
   // keeps freed planes for the next render; else cudaMalloc/cudaFree, whose
@@ -608,12 +555,14 @@ class CudaPasses final : public Passes {
     if (!Ok(cudaEventRecord(events_[3], stream_), "cudaEventRecord")) return;
     // Paper blotches, then everything to RGB.
     const float bscale = static_cast<float>(p.w) / static_cast<float>(p.lw) / 220.0f;
-    DQ_LAUNCH(BlotchKernel, Grid2(p.lw, p.lh, block), block, stream_, ctx_->tex, blotch_, p.lw, p.lh, bscale);
+    DQ_LAUNCH(BlotchKernel, Grid2(p.lw, p.lh, block), block, stream_, ctx_->tex, blotch_, p.lw,
+              p.lh, bscale);
     if (!Ok(cudaGetLastError(), "BlotchKernel")) return;
     ComposeArgs a{};
     for (int c = 0; c < 3; ++c) {
       a.paper[c] = plan.look.paper_rgb[c];
       a.wash[c] = plan.look.wash_rgb[c];
+      a.wash_light[c] = plan.look.wash_light_rgb[c];
       a.ink[c] = plan.look.ink_rgb[c];
     }
     a.fibre_dx = plan.look.fibre_dx;
@@ -697,8 +646,8 @@ class CudaPasses final : public Passes {
     }
     LandArgs a{static_cast<int>(lp.ridges.size()), lp.water_top, lp.water_phase, lp.sky};
     const dim3 block(32, 8);
-    DQ_LAUNCH(LandscapeKernel, Grid2(pl_.lw, pl_.lh, block), block, stream_, ridges_, ridge_y_, a, ctx_->tex,
-              wash_, pl_.lw, pl_.lh);
+    DQ_LAUNCH(LandscapeKernel, Grid2(pl_.lw, pl_.lh, block), block, stream_, ridges_, ridge_y_, a,
+              ctx_->tex, wash_, pl_.lw, pl_.lh);
     return Ok(cudaGetLastError(), "LandscapeKernel");
   }
 
@@ -723,25 +672,30 @@ class CudaPasses final : public Passes {
     ResampleArgs r{photo_, ph.w, idx, idx + lw, idx + 2 * lw, idx + 3 * lw, idx + 3 * lw + lh,
                    idx + 3 * lw + 2 * lh, tap_weights_};
     const dim3 block(32, 8), grid = Grid2(lw, lh, block);
-    float *lum = wet_[0], *tmp = wet_[1];
+    // Scratch: the wet planes and the blotch plane, which the later stages
+    // clear or overwrite before they read them; the bleeding goes into the
+    // wash itself, which PhotoInkKernel reads only at the pixel it writes.
+    float *lum = wet_[0], *smooth = wet_[1], *tone = blotch_, *bleed = wash_;
     DQ_LAUNCH(PhotoLumKernel, grid, block, stream_, r, lum, lw, lh);
     if (!Ok(cudaGetLastError(), "PhotoLumKernel")) return false;
-    for (int pass = 0; pass < 2; ++pass) {
-      DQ_LAUNCH(BoxBlurKernel, grid, block, stream_, lum, tmp, lw, lh, 1);
-      if (!Ok(cudaGetLastError(), "BoxBlurKernel")) return false;
-      DQ_LAUNCH(BoxBlurKernel, grid, block, stream_, tmp, lum, lw, lh, 0);
-      if (!Ok(cudaGetLastError(), "BoxBlurKernel")) return false;
-    }
-    WashArgs a{};
-    a.sx = static_cast<float>(lw) / static_cast<float>(pl_.w);
-    a.sy = static_cast<float>(lh) / static_cast<float>(pl_.h);
-    a.margin = 0.04f * static_cast<float>(lw) / a.sx;
-    a.tx0 = ph.text_x0;
-    a.ty0 = ph.text_y0;
-    a.tx1 = ph.text_x1;
-    a.ty1 = ph.text_y1;
-    DQ_LAUNCH(PhotoWashKernel, grid, block, stream_, lum, a, wash_, lw, lh);
-    return Ok(cudaGetLastError(), "PhotoWashKernel");
+    DQ_LAUNCH(PhotoSmoothKernel, grid, block, stream_, lum, smooth, lw, lh);
+    if (!Ok(cudaGetLastError(), "PhotoSmoothKernel")) return false;
+    DQ_LAUNCH(PhotoToneKernel, grid, block, stream_, smooth, tone, lw, lh, ph.lum_lo, ph.lum_hi);
+    if (!Ok(cudaGetLastError(), "PhotoToneKernel")) return false;
+    DQ_LAUNCH(BoxBlurKernel, grid, block, stream_, tone, lum, lw, lh, 1, paint::kBleedRadius);
+    if (!Ok(cudaGetLastError(), "BoxBlurKernel")) return false;
+    DQ_LAUNCH(BoxBlurKernel, grid, block, stream_, lum, bleed, lw, lh, 0, paint::kBleedRadius);
+    if (!Ok(cudaGetLastError(), "BoxBlurKernel")) return false;
+    paint::PhotoText text{};
+    text.sx = static_cast<float>(lw) / static_cast<float>(pl_.w);
+    text.sy = static_cast<float>(lh) / static_cast<float>(pl_.h);
+    text.margin = 0.04f * static_cast<float>(lw) / text.sx;
+    text.x0 = ph.text_x0;
+    text.y0 = ph.text_y0;
+    text.x1 = ph.text_x1;
+    text.y1 = ph.text_y1;
+    DQ_LAUNCH(PhotoInkKernel, grid, block, stream_, smooth, tone, bleed, text, wash_, lw, lh);
+    return Ok(cudaGetLastError(), "PhotoInkKernel");
   }
 
   CudaContext::Impl* ctx_;
@@ -823,22 +777,27 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(const Textures& tex, si
   cudaGetLastError();
   const size_t nf = tex.fibre.size(), n2 = tex.noise2.size(), n1 = tex.noise1.size();
   void* mem = nullptr;
-  e = cudaMalloc(&mem, (nf + n2 + n1) * sizeof(float));
+  e = cudaMalloc(&mem, (nf + n2 + n1) * sizeof(float) + tex.paper.size());
   if (e != cudaSuccess) return Unavailable(CudaMessage(e, "cudaMalloc textures"));
   impl->tex_mem = static_cast<float*>(mem);
   std::unique_ptr<CudaContext> ctx(new CudaContext(std::move(impl)));
   float* base = ctx->impl_->tex_mem;
+  uint8_t* paper = reinterpret_cast<uint8_t*>(base + nf + n2 + n1);
   // From pageable memory, cudaMemcpy returns once the bytes are staged; the
   // DMA may still be running on the legacy stream, which the renders'
   // non-blocking streams do not wait for: the device is synchronised before
   // any render can read the textures.
   if ((e = cudaMemcpy(base, tex.fibre.data(), nf * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
-      (e = cudaMemcpy(base + nf, tex.noise2.data(), n2 * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
-      (e = cudaMemcpy(base + nf + n2, tex.noise1.data(), n1 * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
+      (e = cudaMemcpy(base + nf, tex.noise2.data(), n2 * 4, cudaMemcpyHostToDevice)) !=
+          cudaSuccess ||
+      (e = cudaMemcpy(base + nf + n2, tex.noise1.data(), n1 * 4, cudaMemcpyHostToDevice)) !=
+          cudaSuccess ||
+      (e = cudaMemcpy(paper, tex.paper.data(), tex.paper.size(), cudaMemcpyHostToDevice)) !=
+          cudaSuccess ||
       (e = cudaDeviceSynchronize()) != cudaSuccess) {
     return Unavailable(CudaMessage(e, "upload textures"));
   }
-  ctx->impl_->tex = DevTex{base, base + nf, base + nf + n2};
+  ctx->impl_->tex = DevTex{base, base + nf, base + nf + n2, paper};
   return Result<std::unique_ptr<CudaContext>>(std::move(ctx));
 }
 

@@ -131,7 +131,7 @@ TEST(BackendTest, DeviceMemoryPerRender) {
   plan.photo = nullptr;
   plan.landscape = &land;
   EXPECT_EQ(DeviceBytesPerRender(plan), DeviceBytesPerRender(3840, 2160, 1000));
-  EXPECT_EQ(DeviceTextureBytes(), (512u * 512u + 256u * 256u + 4096u) * 4u);
+  EXPECT_EQ(DeviceTextureBytes(), (512u * 512u + 256u * 256u + 4096u) * 4u + 2048u * 2048u);
   std::printf("device bytes per render: 1080p %zu (+%zu per dab), 4K %zu; shared textures %zu\n", fixed_1080,
               sizeof(Dab), fixed_4k, DeviceTextureBytes());
 }

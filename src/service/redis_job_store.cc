@@ -1,11 +1,15 @@
 #include "service/redis_job_store.h"
 
 #include <hiredis/hiredis.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -146,6 +150,7 @@ if st ~= 'queued' and st ~= 'rendering' then
   return false
 end
 redis.call('HSET', jk, 'state', 'rendering', 'sid', sid)
+redis.call('PUBLISH', p..':events', id)
 local payload = redis.call('GET', p..':in:'..id)
 if not payload then return {0, ''} end
 return {payload, redis.call('HGET', jk, 'client') or ''}
@@ -438,8 +443,9 @@ class RedisJobStore final : public JobStore {
   }
 
   Result<int64_t> ActiveReplicas() override {
-    // Replicas whose claim loop beat within the last 3 s (it beats at
-    // every Claim, at least every 500 ms while it waits).
+    // Replicas whose claim loop beat within the last 3 s (it beats at a
+    // Claim when its last beat is 500 ms old; the loop claims at least
+    // every second).
     const int64_t now = NowMs();
     (void)Run({"ZREMRANGEBYSCORE", ns_ + ":replicas", "-inf", std::to_string(now - 60000)});
     auto r = Run({"ZCOUNT", ns_ + ":replicas", std::to_string(now - 3000), "+inf"});
@@ -447,6 +453,29 @@ class RedisJobStore final : public JobStore {
     if ((*r)->type != REDIS_REPLY_INTEGER) return Internal("redis: unexpected ZCOUNT answer");
     return std::max<int64_t>(1, (*r)->integer);
   }
+
+  ~RedisJobStore() override {
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      stop_watch_ = true;
+      if (sub_fd_ >= 0) ::shutdown(sub_fd_, SHUT_RDWR);  // ends its blocking read
+    }
+    watch_cv_.notify_all();
+    if (watch_thread_.joinable()) watch_thread_.join();
+  }
+
+  int Watch(std::function<void(const std::string& id)> on_change) override {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    const int token = ++next_watch_;
+    watchers_.emplace(token, std::move(on_change));
+    if (!watch_thread_.joinable()) watch_thread_ = std::thread([this] { WatchLoop(); });
+    return token;
+  }
+  void Unwatch(int token) override {
+    std::lock_guard<std::mutex> lock(watch_mu_);  // a notice in flight ends first
+    watchers_.erase(token);
+  }
+  bool Watching() const override { return subscribed_.load(); }
 
   Status Ping() override {
     auto r = Run({"PING"});
@@ -519,6 +548,48 @@ class RedisJobStore final : public JobStore {
 
   std::string Where() const { return e_.host + ":" + std::to_string(e_.port); }
 
+  // The subscriber: one connection SUBSCRIBEd to <ns>:events, blocking on
+  // its next message; reconnects every 500 ms while the server is away.
+  void WatchLoop() {
+    while (true) {
+      Context c(redisConnectWithTimeout(e_.host.c_str(), e_.port, Tv(kTimeout)));
+      bool ok = c && !c->err;
+      if (ok) redisSetTimeout(c.get(), Tv(kTimeout));
+      if (ok && !e_.password.empty()) ok = Command(c, {"AUTH", e_.password}).ok() && c;
+      if (ok) ok = Command(c, {"SUBSCRIBE", ns_ + ":events"}).ok() && c;
+      if (ok) {
+        {
+          std::lock_guard<std::mutex> lock(watch_mu_);
+          if (stop_watch_) return;
+          sub_fd_ = c->fd;
+        }
+        redisSetTimeout(c.get(), timeval{0, 0});  // a message may be hours away
+        subscribed_ = true;
+        Notify("");  // what changed while not subscribed: re-read
+        while (true) {
+          void* raw = nullptr;
+          if (redisGetReply(c.get(), &raw) != REDIS_OK) break;
+          Reply r(static_cast<redisReply*>(raw));
+          if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+              Str(r->element[0]) == "message") {
+            Notify(Str(r->element[2]));
+          }
+        }
+        subscribed_ = false;
+        Notify("");  // waiters fall back to polling now
+      }
+      std::unique_lock<std::mutex> lock(watch_mu_);
+      sub_fd_ = -1;
+      if (watch_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return stop_watch_; }))
+        return;
+    }
+  }
+
+  void Notify(const std::string& id) {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    for (auto& [token, fn] : watchers_) fn(id);
+  }
+
   // One command on `c`. UNAVAILABLE (and `c` reset) on a connection error;
   // INTERNAL on an error reply.
   Result<Reply> Command(Context& c, const std::vector<std::string>& args, bool busy_ok = false) {
@@ -580,6 +651,14 @@ class RedisJobStore final : public JobStore {
   const JobStoreOptions o_;
   const std::string ns_;
   std::string consumer_;
+  std::mutex watch_mu_;  // guards the members below
+  std::condition_variable watch_cv_;
+  std::map<int, std::function<void(const std::string&)>> watchers_;
+  int next_watch_ = 0;
+  bool stop_watch_ = false;
+  int sub_fd_ = -1;  // the subscriber's socket while it is connected
+  std::atomic<bool> subscribed_{false};
+  std::thread watch_thread_;
   std::atomic<int64_t> last_beat_ms_{0};        // the last heartbeat sent
   std::atomic<int64_t> autoclaim_after_ms_{0};  // no XAUTOCLAIM before this
   std::mutex mu_;

@@ -393,11 +393,12 @@ TEST(RedisJobStoreTest, ARestartWithAofLosesNoAcceptedJob) {
 TEST(RedisJobStoreTest, ClaimsAndFinishesArePublishedToEveryReplicasListener) {
   danqing::testing::RedisServer redis;
   ASSERT_TRUE(redis.Start());
-  auto a = NewRedisJobStore(*ParseRedisUrl(redis.url()), {}, "danqing", "replica-a");
-  auto b = NewRedisJobStore(*ParseRedisUrl(redis.url()), {}, "danqing", "replica-b");
+  // Before the stores: b's listener may run until b is destroyed.
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::string> seen;
+  auto a = NewRedisJobStore(*ParseRedisUrl(redis.url()), {}, "danqing", "replica-a");
+  auto b = NewRedisJobStore(*ParseRedisUrl(redis.url()), {}, "danqing", "replica-b");
   const int token = b->Watch([&](const std::string& id) {
     std::lock_guard<std::mutex> lock(mu);
     seen.push_back(id);

@@ -28,6 +28,9 @@ PACKAGES=(
   # the shared queue and store (danqing serve --redis): Redis, its C client,
   # QR codes for results, and a round-robin proxy for the multi-replica test
   redis-server libhiredis-dev libqrencode-dev haproxy
+  # photos for the verse-fit bench and test (data/verse/fit_photos.tsv): nature
+  # photos Debian ships as desktop wallpapers
+  plasma-workspace-wallpapers ukui-wallpapers lomiri-wallpapers-20.04
 )
 
 missing=()

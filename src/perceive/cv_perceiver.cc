@@ -111,7 +111,8 @@ class CvPerceiver final : public Perceiver {
     const int half = h / 2;
     double sum_v = 0, sum_s = 0, sum_warm = 0;
     long sky = 0, water = 0, veg = 0, fresh = 0, snow = 0, sunset = 0, autumn = 0, flower = 0,
-         earth = 0, highlights = 0;
+         earth = 0, highlights = 0, grass = 0, storm = 0;
+    const int third_rows = std::max(1, h / 3);
     for (int y = 0; y < h; ++y) {
       const auto* hp = hsv.ptr<cv::Vec3b>(y);
       const auto* cp = rgb.ptr<cv::Vec3b>(y);
@@ -127,6 +128,8 @@ class CvPerceiver final : public Perceiver {
         if (top && (blue || overcast)) ++sky;
         if (!top && H >= 80 && H <= 130 && S > 0.2 && V > 0.2) ++water;
         if (H >= 35 && H <= 85 && S > 0.2 && V > 0.15) ++veg;
+        if (!top && H >= 30 && H <= 85 && S > 0.2 && V > 0.1) ++grass;
+        if (y < third_rows && S < 0.2 && V > 0.12 && V < 0.5) ++storm;
         if (H >= 30 && H <= 50 && S > 0.3 && V > 0.45) ++fresh;
         if (S < 0.1 && V > 0.85) ++snow;
         const bool red_orange = (H <= 18 || H >= 165) && S > 0.4 && V > 0.4;
@@ -153,6 +156,8 @@ class CvPerceiver final : public Perceiver {
     f->flower = flower / n;
     f->earth = earth / n;
     f->highlights = highlights / n;
+    f->grass = grass / bottom_n;
+    f->storm = storm / (static_cast<double>(w) * third_rows);
     f->night = std::clamp((0.3 - f->brightness) / 0.2, 0.0, 1.0);
 
     cv::Scalar mean, stddev;
@@ -167,6 +172,22 @@ class CvPerceiver final : public Perceiver {
 
     cv::Mat blurred;
     cv::GaussianBlur(gray, blurred, cv::Size(5, 5), 1.5);
+    // Water drops (rain, dew): small bright specular dots, much brighter than
+    // their blurred surround, and bright in themselves.
+    cv::Mat peaks, bright;
+    cv::subtract(gray, blurred, peaks);
+    cv::threshold(peaks, peaks, 35, 255, cv::THRESH_BINARY);
+    cv::threshold(gray, bright, 170, 255, cv::THRESH_BINARY);
+    cv::bitwise_and(peaks, bright, peaks);
+    f->drops = cv::countNonZero(peaks) / n;
+    // Texture low in the frame (grass blades, moss): pixels that differ from
+    // their blurred surround, in the bottom half.
+    if (h - half > 0) {
+      cv::Mat diff;
+      cv::absdiff(gray.rowRange(half, h), blurred.rowRange(half, h), diff);
+      cv::threshold(diff, diff, 12, 255, cv::THRESH_BINARY);
+      f->bottom_texture = cv::countNonZero(diff) / (static_cast<double>(w) * (h - half));
+    }
     std::vector<cv::Vec3f> circles;
     const int side = std::min(w, h);
     cv::HoughCircles(blurred, circles, cv::HOUGH_GRADIENT, 1.5, side / 2.0, 150, 70, side / 6,

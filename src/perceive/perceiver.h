@@ -1,6 +1,6 @@
 // danqing::perceive: what a photo shows, as scores over the themes the verse
 // corpus is tagged with (山水, 江河湖海, 月夜, 雪, 春, 夏, 秋, 冬, 花, 人物, 城市,
-// 田园, 日出日落, 天空, 禽兽, 茶酒, 远行).
+// 田园, 日出日落, 天空, 禽兽, 茶酒, 远行, 草, 雨露, 风雨).
 //
 // A Perceiver turns RGB8 pixels into SceneFeatures (palette, brightness, colour
 // cues, faces, edges) and ThemeScores. The classical perceiver (CreateCvPerceiver)
@@ -53,6 +53,10 @@ struct SceneFeatures {
   double highlights = 0;    // fraction of very bright pixels (moon, stars, lamps)
   double edge_density = 0;  // fraction of Canny edge pixels
   double top_edges = 0;     // edge fraction in the top third (sky is smooth)
+  double grass = 0;         // fraction of the bottom half that is green
+  double bottom_texture = 0;  // bottom-half fraction off its 5x5 blur by > 12 grey levels (blades)
+  double storm = 0;           // fraction of the top third in dark, unsaturated grey (heavy cloud)
+  double drops = 0;           // fraction of pixels that are small bright specular dots
   int vessels = 0;          // large circles (cup, bowl, plate rims) from a Hough transform
   int faces = 0;            // human frontal faces
   double face_area = 0;     // fraction of the image covered by faces

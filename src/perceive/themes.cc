@@ -20,8 +20,8 @@ double Ramp(double v, double lo, double hi) {
 
 const std::vector<std::string>& AllThemes() {
   static const std::vector<std::string> kThemes = {
-      "山水", "江河湖海", "月夜", "雪",       "春",   "夏",   "秋",   "冬",  "花",
-      "人物", "城市",     "田园", "日出日落", "天空", "禽兽", "茶酒", "远行"};
+      "山水", "江河湖海", "月夜",     "雪",   "春",   "夏",   "秋",   "冬", "花",   "人物",
+      "城市", "田园",     "日出日落", "天空", "禽兽", "茶酒", "远行", "草", "雨露", "风雨"};
   return kThemes;
 }
 
@@ -31,7 +31,7 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
   const double dark = f.night;
   // A textured top third is not open sky: warm colour there is a subject
   // (fur, a table), not a sunset.
-  const double open_top = 1.0 - Ramp(f.top_edges, 0.03, 0.09);
+  const double open_top = 1.0 - Ramp(f.top_edges, 0.05, 0.12);
   // Skin tones look like autumn leaves; with faces in view they are skin.
   const double not_skin = 1.0 - 0.8 * people;
   const double indoor = 1.0 - Ramp(outdoor, 0.1, 0.4);
@@ -56,7 +56,9 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
                  not_skin * (f.vessels > 0 || f.cat_faces > 0 ? 0.3 : 1.0)},
       {"冬", Clamp01(0.8 * Ramp(f.snow, 0.15, 0.5) +
                      0.3 * Ramp(0.2 - f.saturation, 0.0, 0.15) * Ramp(-f.warmth, -0.02, 0.08))},
-      {"花", Clamp01(1.2 * Ramp(f.flower, 0.03, 0.25))},
+      // Flowers are blobs of vivid colour: when most of the frame has that
+      // colour it is a cast (a magenta night sky, a pink backdrop), not flowers.
+      {"花", Clamp01(1.2 * Ramp(f.flower, 0.03, 0.25)) * (1.0 - Ramp(f.flower, 0.45, 0.8))},
       {"人物", people},
       // City: many edges, few plants, little colour.
       {"城市",
@@ -66,12 +68,23 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
       {"田园", Clamp01(0.6 * Ramp(f.vegetation, 0.15, 0.5) * Ramp(f.sky, 0.05, 0.3) +
                        0.4 * Ramp(f.autumn, 0.05, 0.25) * Ramp(f.sky, 0.05, 0.3) * not_skin) *
                    day},
-      {"日出日落", Clamp01(1.3 * Ramp(f.sunset, 0.06, 0.35) * Ramp(f.warmth, 0.0, 0.2)) * open_top},
+      // Sunrise, sunset: red/orange sky; the whole photo warm, or the glow
+      // strong in itself (a sunset over blue water keeps the mean cool).
+      {"日出日落", Clamp01(1.3 * Ramp(f.sunset, 0.06, 0.35) *
+                           std::max(Ramp(f.warmth, 0.0, 0.2), Ramp(f.sunset, 0.1, 0.3))) *
+                       open_top},
       {"天空", Clamp01(1.2 * Ramp(f.sky, 0.2, 0.7)) * day},
       {"禽兽", f.cat_faces > 0 ? 0.9 : 0.0},
       // Tea and wine: a vessel's round rim, or a warm brown still life, indoors.
       {"茶酒", Clamp01((f.vessels > 0 ? 0.8 : 0.0) + 0.6 * Ramp(f.earth, 0.15, 0.5)) * indoor *
                    (1.0 - people) * (f.cat_faces > 0 ? 0.3 : 1.0)},
+      // Grass: green low in the frame, and textured there (blades, moss),
+      // not a smooth green surface.
+      {"草", Clamp01(1.2 * Ramp(f.grass, 0.2, 0.6) * Ramp(f.bottom_texture, 0.03, 0.1))},
+      // Rain or dew: small bright specular dots; in the dark they are stars.
+      {"雨露", Clamp01(Ramp(f.drops, 0.008, 0.03)) * (1.0 - 0.8 * dark)},
+      // Wind and rain: heavy dark grey cloud over the top of the frame.
+      {"风雨", Clamp01(1.2 * Ramp(f.storm, 0.35, 0.75)) * (1.0 - 0.7 * dark)},
       // The traveller's theme is the fallback when nothing is clear.
       {"远行", 0.1},
   };

@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -140,6 +141,20 @@ class JobStore {
   // second); 1 for the in-process store. For admission before any job has
   // finished (no drain rate measured yet).
   virtual Result<int64_t> ActiveReplicas() { return int64_t{1}; }
+  // Change notices: `on_change(id)` is called, from a store thread, when any
+  // replica claims or finishes a job (Redis: the scripts PUBLISH the id on
+  // <ns>:events; one subscriber connection per store, reconnecting, with an
+  // empty id after each (re)connect: "re-read everything"). A token for
+  // Unwatch, or 0 when this store sends none (the caller polls). A listener
+  // is not called after Unwatch returns.
+  virtual int Watch(std::function<void(const std::string& id)> on_change) {
+    (void)on_change;
+    return 0;
+  }
+  virtual void Unwatch(int token) { (void)token; }
+  // True while notices arrive (subscribed now): waiters may then poll only
+  // as a fallback, slowly.
+  virtual bool Watching() const { return false; }
   // OK when the server answers.
   virtual Status Ping() = 0;
   // A short name for logs and /readyz: "in-process", "redis".

@@ -1,9 +1,15 @@
 #include "service/redis_job_store.h"
 
 #include <hiredis/hiredis.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -125,9 +131,10 @@ redis.call('XADD', p..':jobs', '*', 'id', id)
 return {0, ticket - cl}
 )lua";
 
-// A worker takes the job of stream entry ARGV[3]. ARGV: ns id sid. The
-// request bytes, or nil when the job is gone or finished (its entry is then
-// acknowledged and deleted).
+// A worker takes the job of stream entry ARGV[3]. ARGV: ns id sid.
+// {request bytes, client}; {0, ''} when the request is missing; nil when the
+// job is gone or finished (its entry is then acknowledged and deleted). One
+// round trip for what a worker needs of its job.
 constexpr const char* kClaim = R"lua(
 local p, id, sid = ARGV[1], ARGV[2], ARGV[3]
 local jk = p..':job:'..id
@@ -143,8 +150,10 @@ if st ~= 'queued' and st ~= 'rendering' then
   return false
 end
 redis.call('HSET', jk, 'state', 'rendering', 'sid', sid)
+redis.call('PUBLISH', p..':events', id)
 local payload = redis.call('GET', p..':in:'..id)
-return payload
+if not payload then return {0, ''} end
+return {payload, redis.call('HGET', jk, 'client') or ''}
 )lua";
 
 // The first finish of a job. ARGV: ns id ok(1/0) data(result or reason) ttl
@@ -246,19 +255,31 @@ class RedisJobStore final : public JobStore {
       return conn.status();
     }
     Context c = std::move(conn).value();
-    // The heartbeat that ActiveReplicas counts.
-    if (auto hb = Command(c, {"ZADD", ns_ + ":replicas", std::to_string(NowMs()), consumer_});
-        !hb.ok()) {
-      return hb.status();
+    // The heartbeat that ActiveReplicas counts, at most every 500 ms (it
+    // counts beats of the last 3 s): not a round trip per job.
+    const int64_t now = NowMs();
+    if (now - last_beat_ms_.load() >= 500) {
+      if (auto hb = Command(c, {"ZADD", ns_ + ":replicas", std::to_string(now), consumer_});
+          !hb.ok()) {
+        return hb.status();
+      }
+      last_beat_ms_.store(now);
     }
-    // Jobs whose worker did not finish within the claim timeout, first.
+    // Jobs whose worker did not finish within the claim timeout, first. A
+    // look that found none is not repeated for a while (half the claim
+    // timeout, at most 1 s: a dead worker's job waits that much longer at
+    // most); one that found a job is (there may be more).
     const std::string key = ns_ + ":jobs";
-    auto r = Command(c, {"XAUTOCLAIM", key, "workers", consumer_,
-                         std::to_string(o_.claim_timeout.count()), "0-0", "COUNT", "1"});
-    if (!r.ok()) return r.status();
+    Reply none_reclaimed;
+    Result<Reply> r = std::move(none_reclaimed);
+    if (now >= autoclaim_after_ms_.load()) {
+      r = Command(c, {"XAUTOCLAIM", key, "workers", consumer_,
+                      std::to_string(o_.claim_timeout.count()), "0-0", "COUNT", "1"});
+      if (!r.ok()) return r.status();
+    }
     std::string sid, id;
     bool reclaimed = false;
-    if ((*r)->type == REDIS_REPLY_ARRAY && (*r)->elements >= 2 &&
+    if (*r && (*r)->type == REDIS_REPLY_ARRAY && (*r)->elements >= 2 &&
         (*r)->element[1]->type == REDIS_REPLY_ARRAY && (*r)->element[1]->elements > 0) {
       if (!Entry((*r)->element[1]->element[0], &sid, &id)) {
         Give(std::move(c));
@@ -266,6 +287,10 @@ class RedisJobStore final : public JobStore {
       }
       reclaimed = true;
     } else {
+      if (*r) {
+        autoclaim_after_ms_.store(
+            now + std::min<int64_t>(1000, std::max<int64_t>(1, o_.claim_timeout.count() / 2)));
+      }
       const auto block = std::max<int64_t>(1, wait.count());
       redisSetTimeout(c.get(), Tv(std::chrono::milliseconds(block + 5000)));
       auto rd = Command(c, {"XREADGROUP", "GROUP", "workers", consumer_, "COUNT", "1", "BLOCK",
@@ -293,23 +318,23 @@ class RedisJobStore final : public JobStore {
       Give(std::move(c));
       return std::optional<ClaimedJob>();
     }
-    auto payload = EvalOn(c, kClaim, {ns_, id, sid});
-    if (!payload.ok()) return payload.status();
+    auto claimed = EvalOn(c, kClaim, {ns_, id, sid});
+    if (!claimed.ok()) return claimed.status();
     Give(std::move(c));
-    if ((*payload)->type != REDIS_REPLY_STRING) {
-      if ((*payload)->type == REDIS_REPLY_NIL) return std::optional<ClaimedJob>();
+    const redisReply* v = claimed->get();
+    if (v->type != REDIS_REPLY_ARRAY) return std::optional<ClaimedJob>();  // gone or finished
+    if (v->elements != 2 || v->element[0]->type != REDIS_REPLY_STRING) {
       // A job whose request expired or was lost while it was claimable.
       (void)Fail(id, "the stored request is missing");
       return std::optional<ClaimedJob>();
     }
-    auto req = DecodeJobRequest(Str(payload->get()));
+    auto req = DecodeJobRequest(Str(v->element[0]));
     if (!req.ok()) {
       (void)Fail(id, req.status().message());
       return std::optional<ClaimedJob>();
     }
-    auto st = GetField(id, "client");
     return std::optional<ClaimedJob>(
-        ClaimedJob{id, std::move(req).value(), st.ok() ? *st : std::string(), reclaimed});
+        ClaimedJob{id, std::move(req).value(), Str(v->element[1]), reclaimed});
   }
 
   Status Complete(const std::string& id, const StoredInscription& result) override {
@@ -418,8 +443,9 @@ class RedisJobStore final : public JobStore {
   }
 
   Result<int64_t> ActiveReplicas() override {
-    // Replicas whose claim loop beat within the last 3 s (it beats at
-    // every Claim, at least every 500 ms while it waits).
+    // Replicas whose claim loop beat within the last 3 s (it beats at a
+    // Claim when its last beat is 500 ms old; the loop claims at least
+    // every second).
     const int64_t now = NowMs();
     (void)Run({"ZREMRANGEBYSCORE", ns_ + ":replicas", "-inf", std::to_string(now - 60000)});
     auto r = Run({"ZCOUNT", ns_ + ":replicas", std::to_string(now - 3000), "+inf"});
@@ -427,6 +453,29 @@ class RedisJobStore final : public JobStore {
     if ((*r)->type != REDIS_REPLY_INTEGER) return Internal("redis: unexpected ZCOUNT answer");
     return std::max<int64_t>(1, (*r)->integer);
   }
+
+  ~RedisJobStore() override {
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      stop_watch_ = true;
+      if (sub_fd_ >= 0) ::shutdown(sub_fd_, SHUT_RDWR);  // ends its blocking read
+    }
+    watch_cv_.notify_all();
+    if (watch_thread_.joinable()) watch_thread_.join();
+  }
+
+  int Watch(std::function<void(const std::string& id)> on_change) override {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    const int token = ++next_watch_;
+    watchers_.emplace(token, std::move(on_change));
+    if (!watch_thread_.joinable()) watch_thread_ = std::thread([this] { WatchLoop(); });
+    return token;
+  }
+  void Unwatch(int token) override {
+    std::lock_guard<std::mutex> lock(watch_mu_);  // a notice in flight ends first
+    watchers_.erase(token);
+  }
+  bool Watching() const override { return subscribed_.load(); }
 
   Status Ping() override {
     auto r = Run({"PING"});
@@ -458,12 +507,6 @@ class RedisJobStore final : public JobStore {
       return NotFound("no job with this id (expired?)");
     }
     return Status::Ok();
-  }
-
-  Result<std::string> GetField(const std::string& id, const char* field) {
-    auto r = Run({"HGET", ns_ + ":job:" + id, field});
-    if (!r.ok()) return r.status();
-    return Str(r->get());
   }
 
   // A connection from the pool, or a new one (the consumer group made).
@@ -504,6 +547,48 @@ class RedisJobStore final : public JobStore {
   }
 
   std::string Where() const { return e_.host + ":" + std::to_string(e_.port); }
+
+  // The subscriber: one connection SUBSCRIBEd to <ns>:events, blocking on
+  // its next message; reconnects every 500 ms while the server is away.
+  void WatchLoop() {
+    while (true) {
+      Context c(redisConnectWithTimeout(e_.host.c_str(), e_.port, Tv(kTimeout)));
+      bool ok = c && !c->err;
+      if (ok) redisSetTimeout(c.get(), Tv(kTimeout));
+      if (ok && !e_.password.empty()) ok = Command(c, {"AUTH", e_.password}).ok() && c;
+      if (ok) ok = Command(c, {"SUBSCRIBE", ns_ + ":events"}).ok() && c;
+      if (ok) {
+        {
+          std::lock_guard<std::mutex> lock(watch_mu_);
+          if (stop_watch_) return;
+          sub_fd_ = c->fd;
+        }
+        redisSetTimeout(c.get(), timeval{0, 0});  // a message may be hours away
+        subscribed_ = true;
+        Notify("");  // what changed while not subscribed: re-read
+        while (true) {
+          void* raw = nullptr;
+          if (redisGetReply(c.get(), &raw) != REDIS_OK) break;
+          Reply r(static_cast<redisReply*>(raw));
+          if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+              Str(r->element[0]) == "message") {
+            Notify(Str(r->element[2]));
+          }
+        }
+        subscribed_ = false;
+        Notify("");  // waiters fall back to polling now
+      }
+      std::unique_lock<std::mutex> lock(watch_mu_);
+      sub_fd_ = -1;
+      if (watch_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return stop_watch_; }))
+        return;
+    }
+  }
+
+  void Notify(const std::string& id) {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    for (auto& [token, fn] : watchers_) fn(id);
+  }
 
   // One command on `c`. UNAVAILABLE (and `c` reset) on a connection error;
   // INTERNAL on an error reply.
@@ -566,6 +651,16 @@ class RedisJobStore final : public JobStore {
   const JobStoreOptions o_;
   const std::string ns_;
   std::string consumer_;
+  std::mutex watch_mu_;  // guards the members below
+  std::condition_variable watch_cv_;
+  std::map<int, std::function<void(const std::string&)>> watchers_;
+  int next_watch_ = 0;
+  bool stop_watch_ = false;
+  int sub_fd_ = -1;  // the subscriber's socket while it is connected
+  std::atomic<bool> subscribed_{false};
+  std::thread watch_thread_;
+  std::atomic<int64_t> last_beat_ms_{0};        // the last heartbeat sent
+  std::atomic<int64_t> autoclaim_after_ms_{0};  // no XAUTOCLAIM before this
   std::mutex mu_;
   std::vector<Context> pool_;  // guarded by mu_
 };

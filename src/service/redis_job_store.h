@@ -11,7 +11,8 @@
 //   <ns>:seq:enq / :seq:claimed   tickets handed out / jobs taken out of line
 //   <ns>:client:<hex>   unfinished jobs of one client
 //   <ns>:recent         the newest finished ids; <ns>:finished (zset) finish times
-//   <ns>:events         PUBLISH channel: an id whose job finished
+//   <ns>:events         PUBLISH channel: an id whose job was claimed or finished
+//                       (Watch: one subscriber connection per store)
 //   <ns>:replicas       zset: each claim loop's last beat (ActiveReplicas)
 // Admission, claim and finish are each one Lua script, so concurrent
 // replicas see them whole. Ids are validated (32 hex) and client keys are
@@ -19,6 +20,10 @@
 //
 // Durability: an accepted job is in Redis before Enqueue returns; with
 // `appendfsync always` (deploy/, the tests) it survives a Redis restart.
+//
+// Round trips: enqueue 1, claim 2 (XREADGROUP, the claim script; the
+// heartbeat and the dead-worker check at most every 500 ms / half the claim
+// timeout), finish 1, status 1.
 //
 // Thread-safety: every method may be called from any thread; each call takes a
 // connection from a small pool (a blocking Claim holds one for its wait).

@@ -266,11 +266,49 @@ Server::Server(ServerOptions options, const Pipeline* pipeline, Metrics* metrics
                ? options_.job_store
                : std::shared_ptr<JobStore>(NewInProcessJobStore(options_.job_store_options));
   http_ = std::make_unique<http::BoundedServer>(64 * 1024, options_.header_deadline);
+  // Waiters wake on the store's notices (a job claimed or finished by any
+  // replica) instead of polling it.
+  watch_token_ = store_->Watch([this](const std::string& id) { WakeWaiters(id); });
   Routes();
 }
 
 Server::~Server() {
   Stop();
+  if (watch_token_) store_->Unwatch(watch_token_);
+}
+
+void Server::WakeWaiters(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    notices_.emplace_back(++done_gen_, id);
+    while (notices_.size() > 256) notices_.pop_front();
+  }
+  done_cv_.notify_all();
+}
+
+void Server::WaitForNotice(std::unique_lock<std::mutex>& lock, const std::string& id, uint64_t gen,
+                           std::chrono::steady_clock::time_point last_read,
+                           std::chrono::steady_clock::time_point deadline) {
+  constexpr auto kOthers = std::chrono::milliseconds(250);
+  const auto mine = [&] {
+    if (done_gen_ == gen) return false;
+    // Fewer notices kept than came since `gen`: treat it as "every job".
+    if (notices_.empty() || notices_.front().first > gen + 1) return true;
+    for (auto it = notices_.rbegin(); it != notices_.rend() && it->first > gen; ++it) {
+      if (it->second.empty() || it->second == id) return true;
+    }
+    return false;
+  };
+  // Another job's notice moves this one's queue position at most: re-read at
+  // most every 250 ms for those, so a busy cluster's notices do not make
+  // every waiter read the store on each.
+  if (done_cv_.wait_until(lock, std::min(deadline, last_read + kOthers), mine)) return;
+  if (std::chrono::steady_clock::now() >= deadline) return;
+  done_cv_.wait_until(lock, deadline, [&] { return done_gen_ != gen; });
+}
+
+std::chrono::milliseconds Server::FallbackPoll(std::chrono::milliseconds without_push) const {
+  return store_->Watching() ? std::chrono::milliseconds(2000) : without_push;
 }
 
 std::string Server::NewId() {

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <list>
 #include <map>
@@ -204,7 +205,24 @@ class Server {
   std::condition_variable slots_cv_;  // a claimed job finished, or stopping
   size_t busy_slots_ = 0;             // guarded by slots_mu_: claimed jobs not yet finished
   std::mutex done_mu_;
-  std::condition_variable done_cv_;  // a job finished here
+  std::condition_variable done_cv_;  // a job finished here, or a store notice came
+  uint64_t done_gen_ = 0;            // bumped by WakeWaiters, guarded by done_mu_
+  // The latest notices (generation, job id; "" = every job), guarded by done_mu_.
+  std::deque<std::pair<uint64_t, std::string>> notices_;
+  int watch_token_ = 0;  // the store's change notices (0: none: poll)
+  // Wakes the waiters (?wait=N, SSE streams) to re-read their job's status:
+  // the waiter of `id` at once, the others (whose queue position may have
+  // moved) at most every 250 ms; "" wakes every one.
+  void WakeWaiters(const std::string& id);
+  // Waits on done_cv_ (lock held) until a notice concerns `id` after
+  // generation `gen` (or one for another job when `last_read` is 250 ms
+  // old), or `deadline`.
+  void WaitForNotice(std::unique_lock<std::mutex>& lock, const std::string& id, uint64_t gen,
+                     std::chrono::steady_clock::time_point last_read,
+                     std::chrono::steady_clock::time_point deadline);
+  // How long a waiter sleeps before it re-reads anyway: long when the store
+  // pushes changes (a fallback), short when it does not.
+  std::chrono::milliseconds FallbackPoll(std::chrono::milliseconds without_push) const;
   std::atomic<double> avg_job_seconds_{1.0};
   std::atomic<size_t> event_streams_{0};
   std::atomic<uint64_t> jobs_done_{0}, jobs_failed_{0}, jobs_reclaimed_{0};

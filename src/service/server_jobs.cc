@@ -235,7 +235,7 @@ void Server::RunClaimed(ClaimedJob job) {
       --busy_slots_;
     }
     slots_cv_.notify_all();
-    done_cv_.notify_all();
+    WakeWaiters("");
   };
   auto shared = std::make_shared<ClaimedJob>(std::move(job));
   const auto start = Clock::now();
@@ -352,15 +352,23 @@ void Server::AcceptJob(const httplib::Request& req, httplib::Response& res,
   status.position = ahead;
   std::chrono::milliseconds poll{20};
   while (true) {
+    uint64_t gen;
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      gen = done_gen_;
+    }
     auto s = store_->GetStatus(id);
     if (s.ok()) status = *s;
     if (status.state == JobState::kDone || status.state == JobState::kFailed) break;
     if (Clock::now() >= until || draining_) break;
     std::unique_lock<std::mutex> lock(done_mu_);
-    // Woken at once by a job finished here; a job finished by another
-    // replica is seen at the next poll (backing off to 250 ms, so that many
-    // waiters do not flood the store).
-    done_cv_.wait_until(lock, std::min(until, Clock::now() + poll));
+    // Woken at once by a job finished here or by the store's notice of this
+    // job's change in any replica (notices after the read above count: none
+    // is lost between the read and the wait); polling is the fallback when
+    // the store sends none or its subscriber is down (backing off to 250 ms,
+    // so that many waiters do not flood the store).
+    const auto read_at = Clock::now();
+    WaitForNotice(lock, id, gen, read_at, std::min(until, read_at + FallbackPoll(poll)));
     poll = std::min(poll * 2, std::chrono::milliseconds(250));
   }
   if (status.state == JobState::kDone) {
@@ -463,7 +471,14 @@ void Server::JobRoutes() {
         "text/event-stream",
         [this, id, last, opened](size_t, httplib::DataSink& sink) {
           // One event per change; the stream ends when the job has.
-          for (int i = 0; i < 40; ++i) {
+          // A keep-alive comment at least every 10 s between changes.
+          const auto call_until = Clock::now() + std::chrono::seconds(10);
+          while (Clock::now() < call_until) {
+            uint64_t gen;
+            {
+              std::lock_guard<std::mutex> lock(done_mu_);
+              gen = done_gen_;
+            }
             auto st = store_->GetStatus(id);
             std::string data;
             bool end = false;
@@ -486,7 +501,9 @@ void Server::JobRoutes() {
               return true;
             }
             std::unique_lock<std::mutex> lock(done_mu_);
-            done_cv_.wait_for(lock, std::chrono::milliseconds(250));
+            const auto read_at = Clock::now();
+            WaitForNotice(lock, id, gen, read_at,
+                          read_at + FallbackPoll(std::chrono::milliseconds(250)));
           }
           const std::string ping = ": keep-alive\n\n";
           return sink.write(ping.data(), ping.size());

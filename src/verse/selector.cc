@@ -17,13 +17,16 @@ uint64_t SplitMix64(uint64_t x) {
 VerseSelector::VerseSelector(const Corpus& corpus, SelectorOptions options)
     : corpus_(corpus), options_(options) {}
 
-double VerseSelector::Match(const Poem& poem, const std::vector<ThemeWeight>& themes) {
+double VerseSelector::Match(const Poem& poem, const std::vector<ThemeWeight>& themes,
+                            const SelectorOptions& options) {
   double score = 0;
   for (size_t i = 0; i < poem.themes.size(); ++i) {
     for (const auto& t : themes) {
-      if (t.theme == poem.themes[i]) score += t.weight / static_cast<double>(i + 1);
+      if (t.theme != poem.themes[i]) continue;
+      score += t.weight / (1.0 + options.rank_discount * static_cast<double>(i));
     }
   }
+  if (poem.lines.size() == 4) score *= options.quatrain_bonus;
   return score;
 }
 
@@ -32,7 +35,7 @@ const Poem& VerseSelector::Choose(const std::vector<ThemeWeight>& themes, uint64
   std::vector<std::pair<double, int>> scored;
   scored.reserve(poems.size());
   for (size_t i = 0; i < poems.size(); ++i) {
-    scored.emplace_back(Match(poems[i], themes), static_cast<int>(i));
+    scored.emplace_back(Match(poems[i], themes, options_), static_cast<int>(i));
   }
   // Best first; ties keep corpus order (famous poems first).
   std::stable_sort(scored.begin(), scored.end(),

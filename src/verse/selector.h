@@ -24,6 +24,13 @@ struct SelectorOptions {
   size_t no_repeat_window = 64;  // this many recent choices are not chosen again
   double near_best = 0.75;       // candidates score at least this fraction of the best
   size_t max_candidates = 40;    // at most this many candidates to vary among
+  // A poem's i-th theme (0 = strongest) counts 1 / (1 + rank_discount * i):
+  // mild, so a poem that carries several of the photo's cues beats one that
+  // carries the strongest alone (perception is noisy; covering its top cues
+  // fits more often).
+  double rank_discount = 0.25;
+  // A quatrain (4 lines) scores this factor more: the composition breathes.
+  double quatrain_bonus = 1.3;
 };
 
 class VerseSelector {
@@ -36,8 +43,11 @@ class VerseSelector {
   const Poem& Choose(const std::vector<ThemeWeight>& themes, uint64_t seed);
 
   // How well a poem matches: each of its themes adds the perceived weight,
-  // discounted by the theme's rank in the poem's tag list (1, 1/2, 1/3, ...).
-  static double Match(const Poem& poem, const std::vector<ThemeWeight>& themes);
+  // discounted by the
+  // theme's rank in the poem's tag list (see rank_discount); a quatrain's sum
+  // is multiplied by quatrain_bonus.
+  static double Match(const Poem& poem, const std::vector<ThemeWeight>& themes,
+                      const SelectorOptions& options = {});
 
  private:
   const Corpus& corpus_;

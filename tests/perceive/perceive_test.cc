@@ -165,6 +165,74 @@ TEST(CvPerceiverTest, AFifoInPlaceOfACascadeIsRefusedWithoutWaiting) {
   std::filesystem::remove_all(dir);
 }
 
+// The cues added for verse that fits the photo (issue 29): each found where
+// it is, and not where it is not.
+TEST_F(PerceiveTest, TexturedGreenLowInTheFrameIsGrass) {
+  Canvas c(320, 200);
+  c.Fill(0, 100, 150, 190, 230);  // pale sky
+  for (int y = 100; y < 200; ++y) {
+    for (int x = 0; x < c.w; ++x) {  // blades: light and dark green stripes
+      uint8_t* p = &c.px[static_cast<size_t>((y * c.w + x) * 3)];
+      const bool light = ((x / 2) + (y / 7)) % 2 == 0;
+      p[0] = light ? 90 : 30, p[1] = light ? 190 : 90, p[2] = light ? 60 : 25;
+    }
+  }
+  const Perception grass = Run(c);
+  EXPECT_GT(grass.features.grass, 0.9);
+  EXPECT_GT(grass.features.bottom_texture, 0.1);
+  EXPECT_GT(Score(grass, "草"), 0.8);
+  Canvas smooth(320, 200);  // the same green, untextured: a wall, not grass
+  smooth.Fill(0, 100, 150, 190, 230);
+  smooth.Fill(100, 200, 60, 140, 45);
+  EXPECT_LT(Score(Run(smooth), "草"), 0.1);
+}
+
+TEST_F(PerceiveTest, DarkGreyCloudOverheadIsAStorm) {
+  Canvas c(320, 200);
+  c.Fill(0, 80, 70, 72, 78);     // heavy dark grey cloud
+  c.Fill(80, 200, 60, 110, 50);  // dim fields
+  const Perception storm = Run(c);
+  EXPECT_GT(storm.features.storm, 0.9);
+  EXPECT_GT(Score(storm, "风雨"), 0.8);
+  Canvas clear(320, 200);
+  clear.Fill(0, 80, 90, 150, 230);
+  clear.Fill(80, 200, 60, 110, 50);
+  EXPECT_LT(Score(Run(clear), "风雨"), 0.05);
+}
+
+TEST_F(PerceiveTest, SmallBrightDotsAreDrops) {
+  Canvas c(320, 200);
+  c.Fill(0, 200, 70, 100, 80);  // a dull leaf
+  for (int y = 4; y < 200; y += 9) {
+    for (int x = 4 + (y % 5); x < 320; x += 9) {  // specular highlights of drops
+      uint8_t* p = &c.px[static_cast<size_t>((y * c.w + x) * 3)];
+      p[0] = p[1] = p[2] = 255;
+    }
+  }
+  const Perception drops = Run(c);
+  EXPECT_GT(drops.features.drops, 0.008);
+  EXPECT_GT(Score(drops, "雨露"), 0.15);
+  Canvas plain(320, 200);
+  plain.Fill(0, 200, 70, 100, 80);
+  EXPECT_EQ(Run(plain).features.drops, 0.0);
+  EXPECT_LT(Score(Run(plain), "雨露"), 0.01);
+}
+
+TEST_F(PerceiveTest, AFrameFullOfVividColourIsACastNotFlowers) {
+  Canvas blob(320, 200);
+  blob.Fill(0, 200, 40, 90, 40);
+  for (int y = 50; y < 150; ++y) {  // a pink flower head in the middle
+    for (int x = 100; x < 220; ++x) {
+      uint8_t* p = &blob.px[static_cast<size_t>((y * blob.w + x) * 3)];
+      p[0] = 235, p[1] = 60, p[2] = 150;
+    }
+  }
+  EXPECT_GT(Score(Run(blob), "花"), 0.5);
+  Canvas cast(320, 200);
+  cast.Fill(0, 200, 235, 60, 150);
+  EXPECT_LT(Score(Run(cast), "花"), 0.1);
+}
+
 TEST(ScoreThemesTest, EveryThemeScoredOnceInOrder) {
   SceneFeatures f;
   f.faces = 2;

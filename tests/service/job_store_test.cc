@@ -7,7 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -382,6 +385,67 @@ TEST(RedisJobStoreTest, ARestartWithAofLosesNoAcceptedJob) {
   }
   EXPECT_EQ(finished.size(), 20u);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(s->GetStatus(Id(i))->state, JobState::kDone) << i;
+}
+
+// Waiters wake on PUBLISHed notices, not by polling: a claim and a finish in
+// one replica reach another replica's listener; the subscriber comes back
+// after Redis does, with an "every job" notice.
+TEST(RedisJobStoreTest, ClaimsAndFinishesArePublishedToEveryReplicasListener) {
+  danqing::testing::RedisServer redis;
+  ASSERT_TRUE(redis.Start());
+  // Before the stores: b's listener may run until b is destroyed.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> seen;
+  auto a = NewRedisJobStore(*ParseRedisUrl(redis.url()), {}, "danqing", "replica-a");
+  auto b = NewRedisJobStore(*ParseRedisUrl(redis.url()), {}, "danqing", "replica-b");
+  const int token = b->Watch([&](const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(id);
+    cv.notify_all();
+  });
+  ASSERT_GT(token, 0);
+  const auto wait_for = [&](auto pred) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return pred(seen); });
+  };
+  const auto count = [](const std::vector<std::string>& v, const std::string& id) {
+    return std::count(v.begin(), v.end(), id);
+  };
+  // Subscribed: the first notice is "re-read everything".
+  ASSERT_TRUE(wait_for([&](const auto& v) { return count(v, "") >= 1; }));
+  EXPECT_TRUE(b->Watching());
+  ASSERT_TRUE(a->Enqueue(Id(50), "c", Job(), {}, nullptr, nullptr).ok());
+  auto c = a->Claim(std::chrono::milliseconds(1000));
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_TRUE(wait_for([&](const auto& v) { return count(v, Id(50)) >= 1; }))
+      << "the claim was not published";
+  ASSERT_TRUE(a->Complete(Id(50), Result()).ok());
+  EXPECT_TRUE(wait_for([&](const auto& v) { return count(v, Id(50)) >= 2; }))
+      << "the finish was not published";
+  // Redis goes away and comes back: the subscriber reconnects.
+  redis.Kill();
+  ASSERT_TRUE(wait_for([&](const auto& v) { return count(v, "") >= 2; }))
+      << "losing the subscription wakes the waiters (they poll now)";
+  EXPECT_FALSE(b->Watching());
+  ASSERT_TRUE(redis.Start());
+  EXPECT_TRUE(wait_for([&](const auto& v) { return count(v, "") >= 3; }))
+      << "the subscriber did not come back";
+  EXPECT_TRUE(b->Watching());
+  b->Unwatch(token);
+  const size_t before = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen.size();
+  }();
+  // a's pooled connections died with the server: the first call finds out.
+  for (int i = 0; i < 5 && !a->Ping().ok(); ++i) {
+  }
+  ASSERT_TRUE(a->Enqueue(Id(51), "c", Job(), {}, nullptr, nullptr).ok());
+  ASSERT_TRUE(a->Claim(std::chrono::milliseconds(1000)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seen.size(), before) << "a listener was called after Unwatch";
+  EXPECT_EQ(NewInProcessJobStore({})->Watch([](const std::string&) {}), 0);
 }
 
 TEST(RedisJobStoreTest, ActiveReplicasCountsConsumersThatReadRecently) {

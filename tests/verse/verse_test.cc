@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "testing/support/fifo.h"
@@ -82,6 +83,49 @@ TEST(SelectorTest, PrefersMatchingThemes) {
   EXPECT_EQ(s.Choose({{"雪", 0.9}}, 1).title, "江雪");
   EXPECT_EQ(s.Choose({{"月夜", 0.9}, {"雪", 0.1}}, 2).title, "静夜思");
   EXPECT_EQ(s.Choose({{"花", 0.5}}, 3).title, "春晓");
+}
+
+TEST(SelectorTest, PrefersQuatrainsAtEqualThemes) {
+  auto c = Corpus::Parse(
+      "1\t八句\t甲\t花,春\t一二三四五，|一二三四五。|一二三四五，|一二三四五。|"
+      "一二三四五，|一二三四五。|一二三四五，|一二三四五。\n"
+      "2\t四句\t乙\t花,春\t一二三四五，|一二三四五。|一二三四五，|一二三四五。\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  VerseSelector s(*c, {.no_repeat_window = 0, .near_best = 0.99});
+  for (uint64_t seed = 0; seed < 20; ++seed) EXPECT_EQ(s.Choose({{"花", 0.8}}, seed).id, 2);
+  VerseSelector flat(*c, {.no_repeat_window = 0, .near_best = 0.99, .quatrain_bonus = 1.0});
+  std::set<int> seen;
+  for (uint64_t seed = 0; seed < 20; ++seed) seen.insert(flat.Choose({{"花", 0.8}}, seed).id);
+  EXPECT_EQ(seen.size(), 2u) << "without the bonus both fit equally";
+}
+
+TEST(SelectorTest, APoemCarryingMoreOfThePhotosCuesWins) {
+  // The photo shows flowers most, grass too: the poem on both beats the poem
+  // whose leading theme is flowers alone.
+  auto c = Corpus::Parse(
+      "1\t独花\t甲\t花\t一二三四五，|一二三四五。|一二三四五，|一二三四五。\n"
+      "2\t花草\t乙\t雪,花,草\t一二三四五，|一二三四五。|一二三四五，|一二三四五。\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const std::vector<ThemeWeight> photo = {{"花", 0.9}, {"草", 0.6}};
+  EXPECT_GT(VerseSelector::Match(c->poems()[1], photo), VerseSelector::Match(c->poems()[0], photo));
+  // With the old steep discount (1, 1/2, 1/3) the single-theme poem won.
+  const SelectorOptions steep{.rank_discount = 1.0};
+  EXPECT_LT(VerseSelector::Match(c->poems()[1], photo, steep),
+            VerseSelector::Match(c->poems()[0], photo, steep));
+}
+
+TEST(CorpusTest, ShippedCorpusCarriesThePhotoCueThemes) {
+  auto c = Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (const char* theme : {"草", "雨露", "风雨"}) {
+    int quatrains = 0;
+    for (const auto& p : c->poems()) {
+      if (p.lines.size() == 4 &&
+          std::find(p.themes.begin(), p.themes.end(), theme) != p.themes.end())
+        ++quatrains;
+    }
+    EXPECT_GE(quatrains, 20) << theme << ": too few quatrains to vary among";
+  }
 }
 
 TEST(SelectorTest, SameSeedSameChoiceWithoutWindow) {

@@ -19,6 +19,10 @@
 //     keep the first MAX_POEMS that carry at least one theme.
 //  7. Write data/verse/poems.tsv: one poem per line,
 //     id \t title \t author \t themes (comma list) \t lines joined by '|'.
+//
+//   node build.js --retag
+// re-tags the committed poems.tsv in place (step 5 only: same poems, same
+// order, themes recomputed), for a change to THEMES without the npm package.
 'use strict';
 
 const fs = require('fs');
@@ -52,6 +56,11 @@ const THEMES = {
   '禽兽': ['猫', '犬', '马', '鹿', '鸟', '雁', '鹤', '鱼', '莺', '燕', '猿', '虎', '牛'],
   '茶酒': ['茶', '酒', '杯', '觞', '醉', '饮', '樽', '壶', '茗'],
   '远行': ['行', '征', '归', '远', '客', '路', '关', '边', '塞', '驿'],
+  // Added for the photo cues of issue 29 (grass low in the frame, water drops,
+  // a dark storm sky); appended so the older themes keep their order.
+  '草': ['草', '苔', '萋', '芜', '茵', '蒿'],
+  '雨露': ['雨', '露', '霖', '霏', '滴', '湿'],
+  '风雨': ['风雨', '雷', '狂风', '惊风', '阴云', '暴雨', '骤雨', '急雨', '电', '霹雳'],
 };
 
 const PUNCT = new Set(['，', '。', '？', '！', '、', '；', '：']);
@@ -183,4 +192,20 @@ function main() {
   console.log(`candidates ${candidates.length}, renderable ${kept.length}, written ${rows.length} -> ${OUT}`);
 }
 
-main();
+// Step 5 alone over the committed corpus: the themes column recomputed.
+function retag() {
+  const out = fs.readFileSync(OUT, 'utf8').split('\n').map((line) => {
+    if (line === '' || line.startsWith('#')) return line;
+    const f = line.split('\t');
+    if (f.length !== 5) throw new Error(`malformed line: ${line}`);
+    const themes = tagThemes(f[1] + f[4].split('|').join(''));
+    if (themes.length === 0) throw new Error(`no theme for poem ${f[0]}`);
+    f[3] = themes.join(',');
+    return f.join('\t');
+  });
+  fs.writeFileSync(OUT, out.join('\n'));
+  console.log(`retagged ${OUT}`);
+}
+
+if (process.argv.includes('--retag')) retag();
+else main();

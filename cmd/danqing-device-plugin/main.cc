@@ -203,6 +203,11 @@ int main(int argc, char** argv) {
   CLI::App* doctor = app.add_subcommand(
       "doctor", "Check this node (driver, device nodes, kubelet, CDI, runtime, config, GPU health) "
                 "and print each finding with a fix; exit 1 when something failed");
+  danqing::agent::DoctorOptions doctor_options;
+  if (const char* kc = std::getenv("KUBECONFIG"); kc != nullptr) doctor_options.kubeconfig = kc;
+  doctor->add_option("--kubeconfig", doctor_options.kubeconfig,
+                     "DRA checks: the API server from this kubeconfig (default $KUBECONFIG; "
+                     "none: the pod's service account)");
 
   try {
     // "--name=" with nothing after the "=" is an empty value (NVIDIA's
@@ -230,7 +235,8 @@ int main(int argc, char** argv) {
   auto cfg = danqing::config::Resolve(cl, danqing::config::ProcessEnvironment());
   if (*doctor) {
     (void)danqing::log::Configure("error");  // the findings are the output
-    const auto findings = danqing::agent::RunDoctor(cfg, danqing::agent::NvmlBackendFactory());
+    const auto findings =
+        danqing::agent::RunDoctor(cfg, danqing::agent::NvmlBackendFactory(), doctor_options);
     std::cout << danqing::agent::RenderFindings(findings);
     return danqing::agent::AnyFailed(findings) ? kExitFailure : 0;
   }

@@ -315,6 +315,14 @@ void Agent::SetDraBase(const gpu::NodeInventory& inventory,
       dra_gpus.empty() ? dra::DeviceTable{cfg_.danqing.node_name, {}, inventory.driver_version}
                        : dra::BuildDeviceTable(inventory, cfg_.danqing.node_name, dra_gpus));
   if (dra_preparer_) dra_preparer_->SetDevices(dra::WithHealth(*dra_base_, unhealthy_));
+  // For the exporter's pod attribution of claims' devices.
+  auto names = std::make_shared<metrics::DraDevices>();
+  names->driver = cfg_.danqing.dra_driver_name;
+  names->pool = dra_base_->pool;
+  for (const auto& [name, d] : dra_base_->devices)
+    names->uuid_by_device[name] = d.device.device_uuid;
+  std::lock_guard names_lock(dra_names_mu_);
+  dra_names_ = std::move(names);
 }
 
 Status Agent::StartDra(const config::Config& cfg, const Built* built) {
@@ -585,6 +593,10 @@ metrics::Sources Agent::MetricsSources() {
     return out;
   };
   src.health_transitions = [this] { return HealthTransitions(); };
+  src.dra_devices = [this] {
+    std::lock_guard lock(dra_names_mu_);
+    return dra_names_;
+  };
   return src;
 }
 

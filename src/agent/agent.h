@@ -173,6 +173,9 @@ class Agent {
   std::unique_ptr<dra::ClaimPreparer> dra_preparer_;
   std::unique_ptr<dra::NodePlugin> dra_plugin_;
   std::shared_ptr<const dra::DeviceTable> dra_base_;
+  // dra_base_'s device names → UUIDs for the metrics collector's thread.
+  mutable std::mutex dra_names_mu_;
+  std::shared_ptr<const metrics::DraDevices> dra_names_;
 
   // Guards backend_, inventory_ and checker_ (the pointers) for readers on
   // other threads (the metrics collector, accessors); writers also hold

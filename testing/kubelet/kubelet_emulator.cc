@@ -932,4 +932,19 @@ int64_t PodResourcesEmulator::CallCount() const {
   return impl_->calls_;
 }
 
+void AddDynamicResource(v1::ContainerResources& container, const std::string& claim_namespace,
+                        const std::string& claim_name, const std::vector<ClaimDevice>& devices) {
+  auto* claim = container.add_dynamic_resources();
+  claim->set_claim_namespace(claim_namespace);
+  claim->set_claim_name(claim_name);
+  for (const auto& d : devices) {
+    auto* r = claim->add_claim_resources();
+    r->set_driver_name(d.driver);
+    r->set_pool_name(d.pool);
+    r->set_device_name(d.device);
+    for (const auto& id : d.cdi_ids) r->add_cdi_devices()->set_name(id);
+    if (d.share_id) r->set_share_id(*d.share_id);
+  }
+}
+
 }  // namespace danqing::testing

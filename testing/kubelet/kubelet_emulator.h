@@ -251,4 +251,19 @@ class PodResourcesEmulator {
   std::unique_ptr<Impl> impl_;
 };
 
+// One device of a DRA claim as the kubelet reports it in a container's
+// dynamic_resources (pod resources v1: DynamicResource.claim_resources).
+struct ClaimDevice {
+  std::string driver;  // "gpu.danqing.io"
+  std::string pool;    // the node's name
+  std::string device;  // "gpu-0"
+  std::vector<std::string> cdi_ids;
+  std::optional<std::string> share_id;  // a shared allocation's shareID
+};
+// Adds claim `claim_namespace/claim_name` holding `devices` to `container`,
+// as the kubelet does for a container that names the claim in
+// resources.claims.
+void AddDynamicResource(v1::ContainerResources& container, const std::string& claim_namespace,
+                        const std::string& claim_name, const std::vector<ClaimDevice>& devices);
+
 }  // namespace danqing::testing

@@ -12,6 +12,7 @@
 #include "agent/doctor.h"
 #include "config/config.h"
 #include "dra/file_claim_source.h"
+#include "dra/node_metrics.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -158,12 +159,126 @@ TEST_F(DraAgentTest, SplitModeNeverOffersAGpuBothWays) {
   EXPECT_EQ(Prepare("b", "ub").error(), "");
   const std::string err = Prepare("c", "uc").error();
   EXPECT_NE(err.find("node-a/gpu-2 is unknown on this node"), std::string::npos) << err;
-  // The split is not changed by a reload.
+  // Claim b holds GPU 1: draGpus cannot give it to the device plugin.
   auto moved = Config("split", {"0"});
   Status st = agent_->Reload(moved);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(st.message().find("draGpus"), std::string::npos);
+  EXPECT_NE(st.message().find("danqing.draGpus"), std::string::npos);
   EXPECT_EQ(Prepare("b", "ub").error(), "");
+  // Other DRA settings still need a restart.
+  auto renamed = Config("split", {"0", "1"});
+  renamed.danqing.node_name = "node-b";
+  st = agent_->Reload(renamed);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("nodeName"), std::string::npos) << st.message();
+}
+
+// Split reload: draGpus moves GPUs live, both ways, and is refused (running
+// configuration kept, logged, counted) while a moving GPU is in use on the
+// side it would leave: a prepared claim (DRA), a pod's allocation in the
+// kubelet's pod resources (device plugin), or pod resources not answering.
+TEST_F(DraAgentTest, SplitReloadMovesGpusBothWaysAndRefusesWhileInUse) {
+  testing::FakeNode node("a100-8x-nvswitch");
+  WriteClaims(
+      nlohmann::json::array({ResourceClaim("a", "ua", "gpu-0"), ResourceClaim("b", "ub", "gpu-1"),
+                             ResourceClaim("c", "uc", "gpu-2"), ResourceClaim("d", "ud", "gpu-3"),
+                             ResourceClaim("f", "uf", "gpu-0")}));
+  testing::PodResourcesEmulator pods(dir_ + "/pod-resources.sock");
+  ASSERT_TRUE(pods.Start().ok());
+  auto split = [&](std::vector<std::string> gpus) {
+    auto cfg = Config("split", std::move(gpus));
+    cfg.danqing.pod_resources_socket = pods.socket_path();
+    return cfg;
+  };
+  std::vector<std::string> uuid;  // read through the fake NVML once the agent loaded it
+  auto offered = [this](const std::string& id) {
+    for (const auto& d : kubelet_->Devices("nvidia.com/gpu")) {
+      if (d.id() == id) return true;
+    }
+    return false;
+  };
+  auto plugin_has = [this](size_t n, const std::string& with, const std::string& without) {
+    return kubelet_->WaitForDevices(
+        "nvidia.com/gpu",
+        [&](const auto& ds) {
+          bool has = with.empty(), lacks = true;
+          for (const auto& d : ds) {
+            has = has || d.id() == with;
+            lacks = lacks && d.id() != without;
+          }
+          return ds.size() == n && has && lacks;
+        },
+        10s);
+  };
+  auto refused = [](const std::string& by) {
+    return dra::NodeMetrics().split_reload_refused.WithLabels({by}).value();
+  };
+
+  agent_ = std::make_unique<agent::Agent>();
+  ASSERT_TRUE(agent_->Start(split({"0", "1"})).ok());
+  for (int i = 0; i < 8; ++i) uuid.push_back(GpuUuid(node, i));
+  ASSERT_TRUE(plugin_has(6, "", uuid[1]));
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  ASSERT_EQ(Prepare("a", "ua").error(), "");
+
+  // DRA → device plugin: GPU 1 holds no claim.
+  ASSERT_TRUE(agent_->Reload(split({"0"})).ok());
+  EXPECT_TRUE(plugin_has(7, uuid[1], uuid[0]));
+  EXPECT_NE(Prepare("b", "ub").error().find("node-a/gpu-1 is unknown on this node"),
+            std::string::npos);
+
+  // Device plugin → DRA: no pod holds GPU 2.
+  ASSERT_TRUE(agent_->Reload(split({"0", "2"})).ok());
+  EXPECT_TRUE(plugin_has(6, uuid[1], uuid[2]));
+  EXPECT_EQ(Prepare("c", "uc").error(), "");
+
+  // Refused: a pod holds GPU 3 through the device plugin.
+  v1::PodResources render;
+  render.set_namespace_("ml");
+  render.set_name("render");
+  auto* c = render.add_containers();
+  c->set_name("main");
+  auto* dev = c->add_devices();
+  dev->set_resource_name("nvidia.com/gpu");
+  dev->add_device_ids(uuid[3]);
+  pods.SetPods({render});
+  const double before_plugin = refused("device-plugin");
+  Status st = agent_->Reload(split({"0", "2", "3"}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("GPU 3 (" + uuid[3] + ") is allocated through the device plugin"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("pod ml/render container main"), std::string::npos);
+  EXPECT_EQ(refused("device-plugin"), before_plugin + 1);
+  EXPECT_TRUE(plugin_has(6, uuid[3], uuid[2])) << "GPU 3 offered again, as before";
+  EXPECT_TRUE(offered(uuid[3]));
+  EXPECT_NE(Prepare("d", "ud").error().find("unknown on this node"), std::string::npos);
+
+  // Refused: claim a holds GPU 0 through DRA.
+  const double before_dra = refused("dra");
+  st = agent_->Reload(split({"2"}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("GPU 0 (" + uuid[0] + ") is held through DRA by claim default/a (ua"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(refused("dra"), before_dra + 1);
+  EXPECT_FALSE(offered(uuid[0]));
+  EXPECT_EQ(Prepare("a", "ua").error(), "") << "claim a still prepared";
+  EXPECT_EQ(Prepare("f", "uf").error(), "") << "GPU 0 still served through DRA";
+
+  // Released: the same reload goes through.
+  drav1::NodeUnprepareResourcesResponse un;
+  ASSERT_TRUE(
+      dra_kubelet_->Unprepare(kDriver, {{"default", "a", "ua"}, {"default", "f", "uf"}}, &un).ok());
+  ASSERT_TRUE(agent_->Reload(split({"2"})).ok());
+  EXPECT_TRUE(plugin_has(7, uuid[0], uuid[2]));
+
+  // Pod resources not answering: whether a GPU is allocated cannot be told.
+  pods.Stop();
+  st = agent_->Reload(split({"2", "4"}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("cannot tell whether GPU 4"), std::string::npos) << st.message();
+  EXPECT_TRUE(plugin_has(7, uuid[4], uuid[2]));
 }
 
 const agent::Finding* Find(const std::vector<agent::Finding>& fs, const std::string& check) {

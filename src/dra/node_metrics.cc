@@ -32,6 +32,8 @@ NodeMetricFamilies& NodeMetrics() {
                      "GPUs moved between the device plugin and DRA by split reloads, by the side "
                      "they moved to.",
                      {"to"}),
+        r.AddGauge("danqing_dra_prepared_claims",
+                   "ResourceClaims prepared on this node now (in the checkpoint).", {}),
     };
   }();
   return *families;

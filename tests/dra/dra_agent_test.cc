@@ -3,10 +3,13 @@
 // file, health from the agent's own checker in the DRA health stream, and
 // the device plugin side (kubelet emulator) never offering a DRA GPU.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
 
 #include "agent/agent.h"
 #include "agent/doctor.h"
@@ -281,6 +284,46 @@ TEST_F(DraAgentTest, SplitReloadMovesGpusBothWaysAndRefusesWhileInUse) {
   EXPECT_TRUE(plugin_has(7, uuid[4], uuid[2]));
 }
 
+// The agent hands its DRA device table to the exporter: a pod whose claim
+// holds gpu-3 (pod resources dynamic_resources) labels GPU 3's series.
+TEST_F(DraAgentTest, MetricsAttributeClaimDevicesToPods) {
+  testing::FakeNode node("a100-8x-nvswitch");
+  testing::PodResourcesEmulator pods(dir_ + "/pod-resources.sock");
+  ASSERT_TRUE(pods.Start().ok());
+  v1::PodResources train;
+  train.set_namespace_("ml");
+  train.set_name("train");
+  auto* c = train.add_containers();
+  c->set_name("main");
+  testing::AddDynamicResource(*c, "ml", "train-gpu", {{kDriver, "node-a", "gpu-3", {}, {}}});
+  pods.SetPods({train});
+  auto cfg = Config("dra");
+  cfg.danqing.metrics_addr = "127.0.0.1:0";
+  cfg.danqing.pod_resources_socket = pods.socket_path();
+  agent_ = std::make_unique<agent::Agent>();
+  ASSERT_TRUE(agent_->Start(cfg).ok());
+  const std::string gpu3 = GpuUuid(node, 3);
+  httplib::Client cli("127.0.0.1", agent_->metrics_port());
+  const std::string want = "UUID=\"" + gpu3 + "\"";
+  std::string line;
+  for (int i = 0; i < 50 && line.empty(); ++i) {
+    auto r = cli.Get("/metrics");
+    ASSERT_TRUE(r);
+    std::istringstream in(r->body);
+    for (std::string l; std::getline(in, l);) {
+      if (l.rfind("DCGM_FI_DEV_FB_USED{", 0) == 0 && l.find(want) != std::string::npos &&
+          l.find("pod=") != std::string::npos) {
+        line = l;
+      }
+    }
+    if (line.empty()) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(line.empty()) << "GPU 3 never carried a pod label";
+  EXPECT_NE(line.find("namespace=\"ml\""), std::string::npos) << line;
+  EXPECT_NE(line.find("pod=\"train\""), std::string::npos) << line;
+  EXPECT_NE(line.find("container=\"main\""), std::string::npos) << line;
+}
+
 const agent::Finding* Find(const std::vector<agent::Finding>& fs, const std::string& check) {
   for (const auto& f : fs) {
     if (f.check == check) return &f;
@@ -394,6 +437,43 @@ TEST(DraGpusCommand, ShowsWhichWayEachGpuIsServed) {
   ASSERT_EQ(table.exit_code, 0) << table.out;
   EXPECT_NE(table.out.find("Served (mode dra):"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("DRA gpu.danqing.io device gpu-7"), std::string::npos) << table.out;
+}
+
+// A MIG-enabled GPU served through DRA is published as its MIG devices only:
+// `gpus` names those, not the whole GPU.
+TEST(DraGpusCommand, MigGpusAreShownAsTheirMigDevices) {
+  testing::FakeNode node("a100-mig-mixed");  // GPU 0: 4 MIG devices, GPU 3: no MIG
+  auto r = testing::RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--nvml-lib", testing::FakeNvmlLibrary(),
+                                "gpus", "--json", "--no-sensors", "--log-level", "error",
+                                "--config-file=", "--mode", "split", "--dra-gpus", "0,3",
+                                "--node-name", "node-a"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  bool saw0 = false;
+  for (const auto& g : j["serving"]["gpus"]) {
+    if (g["index"] == 0) {
+      saw0 = true;
+      EXPECT_FALSE(g.contains("draDevice")) << g.dump();
+      ASSERT_EQ(g["draDevices"].size(), 4u) << g.dump();
+      for (const auto& n : g["draDevices"]) {
+        EXPECT_EQ(n.get<std::string>().rfind("gpu-0-mig-", 0), 0u) << n;
+      }
+    }
+    if (g["index"] == 3) {
+      EXPECT_EQ(g["draDevices"], nlohmann::json::array({"gpu-3"}));
+    }
+    if (g["index"] == 1) {
+      EXPECT_EQ(g["by"], "device-plugin");
+    }
+  }
+  EXPECT_TRUE(saw0);
+  auto table = testing::RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--nvml-lib",
+                                    testing::FakeNvmlLibrary(), "gpus", "--no-sensors",
+                                    "--log-level", "error", "--config-file=", "--mode", "split",
+                                    "--dra-gpus", "0", "--node-name", "node-a"});
+  ASSERT_EQ(table.exit_code, 0) << table.out;
+  EXPECT_NE(table.out.find("DRA gpu.danqing.io MIG devices gpu-0-mig-"), std::string::npos)
+      << table.out;
 }
 
 TEST(DraConfig, SettingsAreCheckedWithTheFieldNamed) {

@@ -412,10 +412,13 @@ Status Agent::MoveSplit(const config::Config& cfg, const Built& built) {
     SetBase(running);
     SetDraBase(running_inventory ? *running_inventory : built.inventory, running_dra);
     std::string why;
+    std::set<std::string> sides;
     for (const auto& [side, w] : held) {
-      dra::NodeMetrics().split_reload_refused.WithLabels({side}).Inc();
+      sides.insert(side);
       why += (why.empty() ? "" : "; ") + w;
     }
+    // One refused reload, counted once per kind of holder.
+    for (const auto& side : sides) dra::NodeMetrics().split_reload_refused.WithLabels({side}).Inc();
     spdlog::error(
         "agent: split reload refused, running configuration kept: {}; danqing.draGpus can move "
         "it once it is released",

@@ -244,7 +244,9 @@ TEST_F(DraAgentTest, SplitReloadMovesGpusBothWaysAndRefusesWhileInUse) {
   auto* dev = c->add_devices();
   dev->set_resource_name("nvidia.com/gpu");
   dev->add_device_ids(uuid[3]);
-  pods.SetPods({render});
+  v1::PodResources render2 = render;  // two holders: still one refused reload
+  render2.set_name("render-2");
+  pods.SetPods({render, render2});
   const double before_plugin = refused("device-plugin");
   Status st = agent_->Reload(split({"0", "2", "3"}));
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);

@@ -223,6 +223,12 @@ test("DRA overlay: plugins_registry not mounted", () => {
   expectFailure(r, "needs the kubelet's plugin registration directory mounted at /var/lib/kubelet/plugins_registry");
 });
 
+test("DRA overlay: a driver name no DeviceClass selects", () => {
+  const r = runCheck(replaceIn("overlays/dra/config.yaml",
+    "draDriverName: gpu.danqing.io", "draDriverName: gpu.example.com"));
+  expectFailure(r, "no DeviceClass in this rendering selects driver gpu.example.com");
+});
+
 test("DRA overlay: a DeviceClass field the API does not have", () => {
   const r = runCheck(replaceIn("overlays/dra/deviceclasses.yaml",
     "  extendedResourceName: nvidia.com/gpu", "  extendedResource: nvidia.com/gpu"));

@@ -30,7 +30,8 @@
 //    - the node agent's scrape keeps its pod labels (honor_labels / honorLabels);
 //    - the service is scraped on its probe port, which uploads cannot starve;
 //    - in dra/split mode the agent gets NODE_NAME from the downward API and
-//      the kubelet's plugins_registry and plugins directories.
+//      the kubelet's plugins_registry and plugins directories, and a
+//      DeviceClass selects the configured driver.
 //
 // Exit 0 when everything passes, 1 with one line per problem otherwise,
 // 2 on usage errors.
@@ -386,7 +387,12 @@ function checkAgentDaemonSet(ds, objects, own) {
   if (!mounts.includes(registry)) {
     own.push(`container ${c?.name}: danqing.mode ${mode} needs the kubelet's plugin registration directory mounted at ${registry}`);
   }
-  const pluginDir = cfg?.danqing?.draPluginDir ?? `/var/lib/kubelet/plugins/${cfg?.danqing?.draDriverName ?? "gpu.danqing.io"}`;
+  const driver = cfg?.danqing?.draDriverName ?? "gpu.danqing.io";
+  const selects = (dc) => (dc.spec?.selectors ?? []).some((x) => (x.cel?.expression ?? "").includes(`"${driver}"`));
+  if (!objects.some((x) => x.kind === "DeviceClass" && selects(x))) {
+    own.push(`danqing.mode ${mode}: no DeviceClass in this rendering selects driver ${driver} (claims could not name its devices)`);
+  }
+  const pluginDir = cfg?.danqing?.draPluginDir ?? `/var/lib/kubelet/plugins/${driver}`;
   if (!mounts.some((m) => pluginDir === m || pluginDir.startsWith(m + "/"))) {
     own.push(`container ${c?.name}: danqing.mode ${mode} needs ${pluginDir} (dra.sock, the checkpoint) on a hostPath mount`);
   }

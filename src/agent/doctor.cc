@@ -363,8 +363,10 @@ void CheckDraApi(const config::Config& cfg, const DoctorOptions& options, Findin
                                        : kube::LoadKubeconfig(options.kubeconfig);
   if (!kc.ok()) {
     f.Add(Level::kFail, "DRA API server", kc.status().message(),
-          "run doctor in the agent's pod (kubectl exec ... -- danqing-device-plugin doctor), or "
-          "give --kubeconfig");
+          options.kubeconfig.empty()
+              ? "run doctor in the agent's pod (kubectl exec ... -- danqing-device-plugin "
+                "doctor), or give --kubeconfig"
+              : "fix the kubeconfig named above (--kubeconfig, $KUBECONFIG)");
     return;
   }
   kc->connect_timeout = std::chrono::seconds(2);

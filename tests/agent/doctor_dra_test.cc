@@ -188,6 +188,11 @@ TEST_F(DoctorDraTest, NotInAPodAndNoKubeconfig) {
   ASSERT_TRUE(Find(fs, "DRA API server"));
   EXPECT_EQ(Find(fs, "DRA API server")->level, L::kFail);
   EXPECT_NE(Find(fs, "DRA API server")->fix.find("--kubeconfig"), std::string::npos);
+  options_.kubeconfig = dir_ + "/no-such-kubeconfig";
+  const auto named = Run();
+  EXPECT_EQ(Find(named, "DRA API server")->level, L::kFail);
+  EXPECT_NE(Find(named, "DRA API server")->detail.find("no-such-kubeconfig"), std::string::npos);
+  EXPECT_NE(Find(named, "DRA API server")->fix.find("fix the kubeconfig"), std::string::npos);
 }
 
 // A checkpoint that is garbage, or whose checksum does not match: reported

@@ -356,8 +356,6 @@ Status Agent::MoveSplit(const config::Config& cfg, const Built& built) {
   if (!held_back.ok())
     return held_back.status().WithContext("reload kept the running configuration");
 
-  // 1. Withdraw every moving GPU from both sides: from here on neither the
-  //    kubelet's device manager nor a new claim can take one.
   std::shared_ptr<const deviceplugin::ResourceSet> running;
   {
     std::lock_guard plock(publish_mu_);
@@ -365,52 +363,67 @@ Status Agent::MoveSplit(const config::Config& cfg, const Built& built) {
   }
   const std::vector<std::string> running_dra = dra_gpus_;
   const std::shared_ptr<const gpu::NodeInventory> running_inventory = inventory_;
-  SetBase(*held_back);
-  SetDraBase(built.inventory, staying);
 
-  // 2. Is any still in use on the side it leaves?
-  std::vector<std::pair<std::string, std::string>> held;  // (side, why)
-  if (!to_plugin.empty() && dra_preparer_) {
-    const std::set<std::string> leaving(to_plugin.begin(), to_plugin.end());
-    for (const auto& [uid, c] : dra_preparer_->Prepared()) {
-      for (const auto& d : c.devices) {
-        if (leaving.contains(d.gpu_uuid)) {
-          held.emplace_back("dra", name(d.gpu_uuid) + " is held through DRA by claim " + c.ns +
-                                       "/" + c.name + " (" + uid + ", device " + d.device + ")");
+  // Is any moving GPU in use on the side it leaves? (side, why) for each holder.
+  auto in_use = [&] {
+    std::vector<std::pair<std::string, std::string>> held;
+    if (!to_plugin.empty() && dra_preparer_) {
+      const std::set<std::string> leaving(to_plugin.begin(), to_plugin.end());
+      for (const auto& [uid, c] : dra_preparer_->Prepared()) {
+        for (const auto& d : c.devices) {
+          if (leaving.contains(d.gpu_uuid)) {
+            held.emplace_back("dra", name(d.gpu_uuid) + " is held through DRA by claim " + c.ns +
+                                         "/" + c.name + " (" + uid + ", device " + d.device + ")");
+          }
         }
       }
     }
-  }
-  if (!to_dra.empty()) {
-    const std::set<std::string> leaving(to_dra.begin(), to_dra.end());
-    metrics::PodResourcesClient pods(cfg.danqing.pod_resources_socket, std::chrono::seconds(2));
-    auto list = pods.List();
-    if (!list.ok()) {
-      held.emplace_back("unknown", "cannot tell whether " + name(to_dra.front()) +
-                                       " is allocated through the device plugin: pod resources: " +
-                                       list.status().message());
-    } else {
-      std::set<std::string> resources;  // the device plugin's, as it ran
-      if (running) {
-        for (const auto& r : running->resources) resources.insert(r.name);
-      }
-      for (const auto& [uuid, hs] : metrics::HoldersFrom(**list, "")) {
-        auto it = by_uuid.find(uuid);
-        if (it == by_uuid.end() || !leaving.contains(it->second->uuid)) continue;
-        for (const auto& h : hs) {
-          if (!resources.contains(h.resource)) continue;
-          held.emplace_back("device-plugin", name(it->second->uuid) +
-                                                 " is allocated through the device plugin (" +
-                                                 h.resource + ") to pod " + h.ref.ns + "/" +
-                                                 h.ref.pod + " container " + h.ref.container);
+    if (!to_dra.empty()) {
+      const std::set<std::string> leaving(to_dra.begin(), to_dra.end());
+      metrics::PodResourcesClient pods(cfg.danqing.pod_resources_socket, std::chrono::seconds(2));
+      auto list = pods.List();
+      if (!list.ok()) {
+        held.emplace_back("unknown",
+                          "cannot tell whether " + name(to_dra.front()) +
+                              " is allocated through the device plugin: pod resources: " +
+                              list.status().message());
+      } else {
+        std::set<std::string> resources;  // the device plugin's, as it ran
+        if (running) {
+          for (const auto& r : running->resources) resources.insert(r.name);
+        }
+        for (const auto& [uuid, hs] : metrics::HoldersFrom(**list, "")) {
+          auto it = by_uuid.find(uuid);
+          if (it == by_uuid.end() || !leaving.contains(it->second->uuid)) continue;
+          for (const auto& h : hs) {
+            if (!resources.contains(h.resource)) continue;
+            held.emplace_back("device-plugin", name(it->second->uuid) +
+                                                   " is allocated through the device plugin (" +
+                                                   h.resource + ") to pod " + h.ref.ns + "/" +
+                                                   h.ref.pod + " container " + h.ref.container);
+          }
         }
       }
     }
+    return held;
+  };
+  // 1. Asked first, so that a refused move touches nothing.
+  auto held = in_use();
+  const bool withdrawn = held.empty();
+  if (withdrawn) {
+    // 2. Withdraw every moving GPU from both sides: from here on neither the
+    //    kubelet's device manager nor a new claim can take one. Then ask
+    //    again: an allocation made meanwhile is seen now.
+    SetBase(*held_back);
+    SetDraBase(built.inventory, staying);
+    held = in_use();
   }
   if (!held.empty()) {
     // 3a. Refused: both sides offer what they offered before.
-    SetBase(running);
-    SetDraBase(running_inventory ? *running_inventory : built.inventory, running_dra);
+    if (withdrawn) {
+      SetBase(running);
+      SetDraBase(running_inventory ? *running_inventory : built.inventory, running_dra);
+    }
     std::string why;
     std::set<std::string> sides;
     for (const auto& [side, w] : held) {

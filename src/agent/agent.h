@@ -128,13 +128,13 @@ class Agent {
   // Replaces the DRA side's devices and republishes (takes publish_mu_).
   void SetDraBase(const gpu::NodeInventory& inventory, const std::vector<std::string>& dra_gpus);
   // A split reload's change of draGpus (state_mu_ held), before `built` is
-  // published: withdraws every moving GPU from both sides, then checks that
-  // none is in use on the side it leaves (a prepared claim; a device-plugin
-  // allocation in the kubelet's pod resources, or pod resources not
-  // answering). In use: both sides are restored, the refusal logged and
-  // counted (danqing_dra_split_reload_refused_total) and FAILED_PRECONDITION
-  // naming the GPU and its holder returned; else the caller offers them on
-  // their new side.
+  // published: checks that no moving GPU is in use on the side it leaves (a
+  // prepared claim; a device-plugin allocation in the kubelet's pod
+  // resources, or pod resources not answering), withdraws every moving GPU
+  // from both sides, and checks again. In use: both sides as they were, the
+  // refusal logged and counted (danqing_dra_split_reload_refused_total) and
+  // FAILED_PRECONDITION naming the GPU and its holder returned; else the
+  // caller offers them on their new side.
   Status MoveSplit(const config::Config& cfg, const Built& built);
   // Discovers through `backend` (created from the factory when null).
   // `previous`, when given, is the inventory being replaced: GPUs it had that

@@ -835,6 +835,10 @@ class PodResourcesEmulator::Impl final : public v1::PodResourcesLister::Callback
     {
       std::lock_guard lock(mu_);
       ++calls_;
+      if (later_from_ > 0 && calls_ >= later_from_) {
+        pods_ = std::move(later_pods_);
+        later_from_ = 0;
+      }
       for (const v1::PodResources& p : pods_) *response->add_pod_resources() = p;
     }
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -882,6 +886,8 @@ class PodResourcesEmulator::Impl final : public v1::PodResourcesLister::Callback
 
   mutable std::mutex mu_;
   std::vector<v1::PodResources> pods_;            // GUARDED_BY(mu_)
+  std::vector<v1::PodResources> later_pods_;      // GUARDED_BY(mu_): pods_ from call later_from_
+  int64_t later_from_ = 0;                        // GUARDED_BY(mu_); 0: none pending
   v1::AllocatableResourcesResponse allocatable_;  // GUARDED_BY(mu_)
   int64_t calls_ = 0;                             // GUARDED_BY(mu_)
 };
@@ -920,6 +926,13 @@ const std::string& PodResourcesEmulator::socket_path() const {
 void PodResourcesEmulator::SetPods(std::vector<v1::PodResources> pods) {
   std::lock_guard lock(impl_->mu_);
   impl_->pods_ = std::move(pods);
+  impl_->later_from_ = 0;
+}
+
+void PodResourcesEmulator::SetPodsFromCall(int64_t call, std::vector<v1::PodResources> pods) {
+  std::lock_guard lock(impl_->mu_);
+  impl_->later_pods_ = std::move(pods);
+  impl_->later_from_ = call;
 }
 
 void PodResourcesEmulator::SetAllocatable(v1::AllocatableResourcesResponse allocatable) {

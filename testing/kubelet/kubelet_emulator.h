@@ -241,6 +241,9 @@ class PodResourcesEmulator {
   const std::string& socket_path() const;
 
   void SetPods(std::vector<v1::PodResources> pods);
+  // From the `call`-th RPC on (CallCount's numbering, 1-based), List answers
+  // `pods`: a pod admitted between two reads of the client under test.
+  void SetPodsFromCall(int64_t call, std::vector<v1::PodResources> pods);
   void SetAllocatable(v1::AllocatableResourcesResponse allocatable);
 
   // RPCs answered so far, all methods together.

@@ -259,6 +259,23 @@ TEST_F(DraAgentTest, SplitReloadMovesGpusBothWaysAndRefusesWhileInUse) {
   EXPECT_TRUE(offered(uuid[3]));
   EXPECT_NE(Prepare("d", "ud").error().find("unknown on this node"), std::string::npos);
 
+  // A pod admitted between the first question and the withdrawal: the second
+  // question sees it, and both sides are put back (GPU 5 offered again).
+  pods.SetPods({});
+  const std::string gpu5 = uuid[5];
+  *render.mutable_containers(0)->mutable_devices(0)->mutable_device_ids(0) = gpu5;
+  const int64_t calls = pods.CallCount();
+  pods.SetPodsFromCall(calls + 2, {render});
+  st = agent_->Reload(split({"0", "2", "5"}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("GPU 5 (" + gpu5 + ") is allocated through the device plugin"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(pods.CallCount(), calls + 2) << "asked before and after the withdrawal";
+  EXPECT_TRUE(plugin_has(6, uuid[5], uuid[2])) << "GPU 5 withdrawn, then offered again";
+  EXPECT_NE(Prepare("d", "ud").error().find("unknown on this node"), std::string::npos);
+  pods.SetPods({});
+
   // Refused: claim a holds GPU 0 through DRA.
   const double before_dra = refused("dra");
   st = agent_->Reload(split({"2"}));

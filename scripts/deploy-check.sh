@@ -10,8 +10,9 @@
 #   --root DIR    the tree to check (default: this repository); the
 #                 planted-mistake tests point it at a modified copy
 #   --agent PATH  danqing-device-plugin binary: each rendered config.yaml must
-#                 parse (it is run with a missing NVML library: exit 3 = the
-#                 config is fine, exit 2 = the config is wrong)
+#                 parse (it is run with a missing NVML library and the
+#                 DaemonSet's environment: exit 3 = the config is fine,
+#                 exit 2 = the config is wrong)
 #   --keep DIR    write the renderings to DIR instead of a temporary folder
 #
 # Exit 0: all good; 1: a check failed (each problem on a FAIL line);
@@ -103,8 +104,14 @@ done
 if [ -n "$agent" ]; then
   for c in "$out"/agent-config/*.config.yaml; do
     [ -e "$c" ] || continue
-    "$agent" --config-file "$c" --nvml-lib /nonexistent/libnvidia-ml.so.1 gpus \
-      >/dev/null 2>"$out/agent.err"
+    # With the environment the DaemonSet gives it (NODE_NAME from the
+    # downward API as a stand-in name), as the kubelet would start it.
+    envs=()
+    if [ -f "${c%.config.yaml}.env" ]; then
+      mapfile -t envs <"${c%.config.yaml}.env"
+    fi
+    env ${envs[@]+"${envs[@]}"} "$agent" --config-file "$c" \
+      --nvml-lib /nonexistent/libnvidia-ml.so.1 gpus >/dev/null 2>"$out/agent.err"
     rc=$?
     if [ "$rc" -eq 3 ]; then
       echo "agent config $(basename "$c" .config.yaml): parses"

@@ -93,6 +93,12 @@ void AddConfigFlags(CLI::App& app, danqing::config::CommandLine& cl) {
   }
 }
 
+std::string Join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "(none)" : out;
+}
+
 int RunGpus(const danqing::config::Config& cfg, bool json, bool no_sensors) {
   auto backend = danqing::gpu::NvmlBackend::Create(danqing::agent::NvmlLibraryFor(cfg), cfg.danqing.sysfs_root);
   if (!backend.ok()) return Fail(backend.status());
@@ -104,13 +110,28 @@ int RunGpus(const danqing::config::Config& cfg, bool json, bool no_sensors) {
   auto by_dra = [&dra](const std::string& uuid) {
     return std::find(dra->begin(), dra->end(), uuid) != dra->end();
   };
+  // The devices a DRA GPU is published as: itself, or, in MIG mode, its MIG
+  // devices only (docs/dra.md).
+  auto dra_devices = [](const danqing::gpu::Gpu& g) {
+    std::vector<std::string> names;
+    if (g.mig_mode == danqing::gpu::MigMode::kEnabled) {
+      for (const auto& m : g.mig_devices) names.push_back(danqing::dra::DeviceNameFor(g, m));
+    } else {
+      names.push_back(danqing::dra::DeviceNameFor(g));
+    }
+    return names;
+  };
   if (json) {
     nlohmann::json out = danqing::gpu::ToJson(*snap);
     nlohmann::json served = nlohmann::json::array();
     for (const auto& g : snap->inventory.gpus) {
       nlohmann::json e = {
           {"index", g.index}, {"uuid", g.uuid}, {"by", by_dra(g.uuid) ? "dra" : "device-plugin"}};
-      if (by_dra(g.uuid)) e["draDevice"] = danqing::dra::DeviceNameFor(g);
+      if (by_dra(g.uuid)) {
+        if (g.mig_mode != danqing::gpu::MigMode::kEnabled)
+          e["draDevice"] = danqing::dra::DeviceNameFor(g);
+        e["draDevices"] = dra_devices(g);
+      }
       served.push_back(std::move(e));
     }
     out["serving"] = {
@@ -121,10 +142,12 @@ int RunGpus(const danqing::config::Config& cfg, bool json, bool no_sensors) {
     std::cout << "\nServed (mode " << cfg.danqing.mode << "):\n";
     for (const auto& g : snap->inventory.gpus) {
       std::cout << "  GPU " << g.index << "  " << g.uuid << "  "
-                << (by_dra(g.uuid) ? "DRA " + cfg.danqing.dra_driver_name + " device " +
-                                         danqing::dra::DeviceNameFor(g) +
-                                         (g.mig_devices.empty() ? "" : " (and its MIG devices)")
-                                   : std::string("device plugin"))
+                << (by_dra(g.uuid)
+                        ? "DRA " + cfg.danqing.dra_driver_name +
+                              (g.mig_mode == danqing::gpu::MigMode::kEnabled ? " MIG devices "
+                                                                             : " device ") +
+                              Join(dra_devices(g))
+                        : std::string("device plugin"))
                 << '\n';
     }
   }
@@ -210,6 +233,11 @@ int main(int argc, char** argv) {
   CLI::App* doctor = app.add_subcommand(
       "doctor", "Check this node (driver, device nodes, kubelet, CDI, runtime, config, GPU health) "
                 "and print each finding with a fix; exit 1 when something failed");
+  danqing::agent::DoctorOptions doctor_options;
+  if (const char* kc = std::getenv("KUBECONFIG"); kc != nullptr) doctor_options.kubeconfig = kc;
+  doctor->add_option("--kubeconfig", doctor_options.kubeconfig,
+                     "DRA checks: the API server from this kubeconfig (default $KUBECONFIG; "
+                     "none: the pod's service account)");
 
   try {
     // "--name=" with nothing after the "=" is an empty value (NVIDIA's
@@ -237,7 +265,8 @@ int main(int argc, char** argv) {
   auto cfg = danqing::config::Resolve(cl, danqing::config::ProcessEnvironment());
   if (*doctor) {
     (void)danqing::log::Configure("error");  // the findings are the output
-    const auto findings = danqing::agent::RunDoctor(cfg, danqing::agent::NvmlBackendFactory());
+    const auto findings =
+        danqing::agent::RunDoctor(cfg, danqing::agent::NvmlBackendFactory(), doctor_options);
     std::cout << danqing::agent::RenderFindings(findings);
     return danqing::agent::AnyFailed(findings) ? kExitFailure : 0;
   }

@@ -5,16 +5,19 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
 #include "agent/labels.h"
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"
 #include "dra/claim_reader.h"
 #include "dra/file_claim_source.h"
+#include "dra/node_metrics.h"
 #include "dra/time_slicer.h"
 #include "gpu/nvml_backend.h"
 #include "kube/config.h"
 #include "metrics/agent_metrics.h"
+#include "metrics/pods.h"
 
 namespace danqing::agent {
 namespace {
@@ -367,6 +370,137 @@ void Agent::SetDraBase(const gpu::NodeInventory& inventory,
     publisher_->Update(others.empty() ? inventory : WithoutGpus(inventory, others),
                        dra::ConditionsFromUnhealthy(unhealthy_, dra_policy_));
   }
+  // For the exporter's pod attribution of claims' devices.
+  auto names = std::make_shared<metrics::DraDevices>();
+  names->driver = cfg_.danqing.dra_driver_name;
+  names->pool = dra_base_->pool;
+  for (const auto& [name, d] : dra_base_->devices)
+    names->uuid_by_device[name] = d.device.device_uuid;
+  std::lock_guard names_lock(dra_names_mu_);
+  dra_names_ = std::move(names);
+  dra_gpus_ = dra_gpus;
+}
+
+Status Agent::MoveSplit(const config::Config& cfg, const Built& built) {
+  const std::set<std::string> before(dra_gpus_.begin(), dra_gpus_.end());
+  const std::set<std::string> after(built.dra_gpus.begin(), built.dra_gpus.end());
+  std::vector<std::string> to_plugin, to_dra, staying, moving;
+  for (const auto& u : before) (after.contains(u) ? staying : to_plugin).push_back(u);
+  for (const auto& u : after) {
+    if (!before.contains(u)) to_dra.push_back(u);
+  }
+  if (to_plugin.empty() && to_dra.empty()) return Status::Ok();  // the same GPUs, named otherwise
+  moving = to_plugin;
+  moving.insert(moving.end(), to_dra.begin(), to_dra.end());
+  std::map<std::string, const gpu::Gpu*> by_uuid;  // GPU or MIG UUID → its GPU
+  for (const auto& g : built.inventory.gpus) {
+    by_uuid[g.uuid] = &g;
+    for (const auto& m : g.mig_devices) by_uuid[m.uuid] = &g;
+  }
+  auto name = [&by_uuid](const std::string& uuid) {
+    auto it = by_uuid.find(uuid);
+    return it == by_uuid.end() ? uuid
+                               : "GPU " + std::to_string(it->second->index) + " (" + uuid + ")";
+  };
+  auto ropts = ResourceOptionsFrom(cfg);
+  if (!ropts.ok()) return ropts.status().WithContext("reload kept the running configuration");
+  auto held_back = deviceplugin::BuildResources(WithoutGpus(built.inventory, moving), *ropts);
+  if (!held_back.ok())
+    return held_back.status().WithContext("reload kept the running configuration");
+
+  std::shared_ptr<const deviceplugin::ResourceSet> running;
+  {
+    std::lock_guard plock(publish_mu_);
+    running = base_;
+  }
+  const std::vector<std::string> running_dra = dra_gpus_;
+  const std::shared_ptr<const gpu::NodeInventory> running_inventory = inventory_;
+
+  // Is any moving GPU in use on the side it leaves? (side, why) for each holder.
+  auto in_use = [&] {
+    std::vector<std::pair<std::string, std::string>> held;
+    if (!to_plugin.empty() && dra_preparer_) {
+      const std::set<std::string> leaving(to_plugin.begin(), to_plugin.end());
+      for (const auto& [uid, c] : dra_preparer_->Prepared()) {
+        for (const auto& d : c.devices) {
+          if (leaving.contains(d.gpu_uuid)) {
+            held.emplace_back("dra", name(d.gpu_uuid) + " is held through DRA by claim " + c.ns +
+                                         "/" + c.name + " (" + uid + ", device " + d.device + ")");
+          }
+        }
+      }
+    }
+    if (!to_dra.empty()) {
+      const std::set<std::string> leaving(to_dra.begin(), to_dra.end());
+      metrics::PodResourcesClient pods(cfg.danqing.pod_resources_socket, std::chrono::seconds(2));
+      auto list = pods.List();
+      if (!list.ok()) {
+        held.emplace_back("unknown",
+                          "cannot tell whether " + name(to_dra.front()) +
+                              " is allocated through the device plugin: pod resources: " +
+                              list.status().message());
+      } else {
+        std::set<std::string> resources;  // the device plugin's, as it ran
+        if (running) {
+          for (const auto& r : running->resources) resources.insert(r.name);
+        }
+        for (const auto& [uuid, hs] : metrics::HoldersFrom(**list, "")) {
+          auto it = by_uuid.find(uuid);
+          if (it == by_uuid.end() || !leaving.contains(it->second->uuid)) continue;
+          for (const auto& h : hs) {
+            if (!resources.contains(h.resource)) continue;
+            held.emplace_back("device-plugin", name(it->second->uuid) +
+                                                   " is allocated through the device plugin (" +
+                                                   h.resource + ") to pod " + h.ref.ns + "/" +
+                                                   h.ref.pod + " container " + h.ref.container);
+          }
+        }
+      }
+    }
+    return held;
+  };
+  // 1. Asked first, so that a refused move touches nothing.
+  auto held = in_use();
+  const bool withdrawn = held.empty();
+  if (withdrawn) {
+    // 2. Withdraw every moving GPU from both sides: from here on neither the
+    //    kubelet's device manager nor a new claim can take one. Then ask
+    //    again: an allocation made meanwhile is seen now.
+    SetBase(*held_back);
+    SetDraBase(built.inventory, staying);
+    held = in_use();
+  }
+  if (!held.empty()) {
+    // 3a. Refused: both sides offer what they offered before.
+    if (withdrawn) {
+      SetBase(running);
+      SetDraBase(running_inventory ? *running_inventory : built.inventory, running_dra);
+    }
+    std::string why;
+    std::set<std::string> sides;
+    for (const auto& [side, w] : held) {
+      sides.insert(side);
+      why += (why.empty() ? "" : "; ") + w;
+    }
+    // One refused reload, counted once per kind of holder.
+    for (const auto& side : sides) dra::NodeMetrics().split_reload_refused.WithLabels({side}).Inc();
+    spdlog::error(
+        "agent: split reload refused, running configuration kept: {}; danqing.draGpus can move "
+        "it once it is released",
+        why);
+    return FailedPrecondition("reload kept the running configuration: danqing.draGpus would move " +
+                              why + "; move it once it is released");
+  }
+  // 3b. The caller offers them on their new side (SetBase, SetDraBase).
+  for (const auto& u : to_plugin) {
+    dra::NodeMetrics().split_moves.WithLabels({"device-plugin"}).Inc();
+    spdlog::info("agent: split reload: {} moves from DRA to the device plugin", name(u));
+  }
+  for (const auto& u : to_dra) {
+    dra::NodeMetrics().split_moves.WithLabels({"dra"}).Inc();
+    spdlog::info("agent: split reload: {} moves from the device plugin to DRA", name(u));
+  }
+  return Status::Ok();
 }
 
 Status Agent::StartDra(const config::Config& cfg, const Built* built) {
@@ -531,20 +665,19 @@ Status Agent::Reload(const config::Config& cfg) {
   std::unique_lock lock(state_mu_);
   auto health_opts = HealthOptionsFrom(cfg);
   if (!health_opts.ok()) return health_opts.status().WithContext("reload kept the running configuration");
-  // The DRA settings are read at start only: moving a GPU between the
-  // device plugin and DRA while it may be allocated on either side needs the
-  // withdraw-then-offer sequence of issue 25, not done yet.
+  // The DRA settings are read at start only, but for split's draGpus: a
+  // changed selection moves GPUs between the two sides live (MoveSplit).
   const auto& a = cfg.danqing;
   const auto& b = cfg_.danqing;
-  if (a.mode != b.mode || a.dra_gpus != b.dra_gpus || a.dra_driver_name != b.dra_driver_name ||
-      a.dra_plugins_registry != b.dra_plugins_registry || a.dra_plugin_dir != b.dra_plugin_dir ||
-      a.dra_checkpoint_dir != b.dra_checkpoint_dir || a.dra_claims_file != b.dra_claims_file ||
-      a.node_name != b.node_name) {
+  const bool split_move = a.mode == "split" && b.mode == "split" && a.dra_gpus != b.dra_gpus;
+  if (a.mode != b.mode || (a.dra_gpus != b.dra_gpus && !split_move) ||
+      a.dra_driver_name != b.dra_driver_name || a.dra_plugins_registry != b.dra_plugins_registry ||
+      a.dra_plugin_dir != b.dra_plugin_dir || a.dra_checkpoint_dir != b.dra_checkpoint_dir ||
+      a.dra_claims_file != b.dra_claims_file || a.node_name != b.node_name) {
     return FailedPrecondition(
-        "reload kept the running configuration: danqing.mode, draGpus, draDriverName, "
-        "draPluginsRegistry, "
-        "draPluginDir, draCheckpointDir, draClaimsFile and nodeName change only with a restart of "
-        "the agent");
+        "reload kept the running configuration: danqing.mode, draDriverName, "
+        "draPluginsRegistry, draPluginDir, draCheckpointDir, draClaimsFile and nodeName (and "
+        "draGpus outside split mode) change only with a restart of the agent");
   }
   if (cfg.danqing.kubeconfig != cfg_.danqing.kubeconfig) {
     return FailedPrecondition(
@@ -559,6 +692,9 @@ Status Agent::Reload(const config::Config& cfg) {
   if (degraded_) cfg_ = cfg;  // the retry thread uses the newest configuration
   auto built = Build(cfg, new_backend ? fresh : backend_, inventory_.get());
   if (!built.ok()) return built.status().WithContext("reload kept the running configuration");
+  if (split_move) {
+    if (Status st = MoveSplit(cfg, *built); !st.ok()) return st;
+  }
   const bool health_changed =
       !checker_ || cfg.danqing.disable_health_checks != cfg_.danqing.disable_health_checks ||
       cfg.danqing.enable_health_checks != cfg_.danqing.enable_health_checks ||
@@ -655,6 +791,10 @@ metrics::Sources Agent::MetricsSources() {
     return out;
   };
   src.health_transitions = [this] { return HealthTransitions(); };
+  src.dra_devices = [this] {
+    std::lock_guard lock(dra_names_mu_);
+    return dra_names_;
+  };
   return src;
 }
 

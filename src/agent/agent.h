@@ -161,6 +161,15 @@ class Agent {
   // `discovered` false (no GPU discovered yet): the slices are left as they are.
   void SetDraBase(const gpu::NodeInventory& inventory, const std::vector<std::string>& dra_gpus,
                   bool discovered = true);
+  // A split reload's change of draGpus (state_mu_ held), before `built` is
+  // published: checks that no moving GPU is in use on the side it leaves (a
+  // prepared claim; a device-plugin allocation in the kubelet's pod
+  // resources, or pod resources not answering), withdraws every moving GPU
+  // from both sides, and checks again. In use: both sides as they were, the
+  // refusal logged and counted (danqing_dra_split_reload_refused_total) and
+  // FAILED_PRECONDITION naming the GPU and its holder returned; else the
+  // caller offers them on their new side.
+  Status MoveSplit(const config::Config& cfg, const Built& built);
   // Discovers through `backend` (created from the factory when null).
   // `previous`, when given, is the inventory being replaced: GPUs it had that
   // this discovery cannot read are kept (KeepUnreadableGpus).
@@ -210,6 +219,10 @@ class Agent {
   ApiLink api_;
   std::unique_ptr<dra::Publisher> publisher_;  // with an API server
   health::XidPolicy dra_policy_;               // which conditions need a reset (NoExecute taints)
+  // dra_base_'s device names → UUIDs for the metrics collector's thread.
+  mutable std::mutex dra_names_mu_;
+  std::shared_ptr<const metrics::DraDevices> dra_names_;
+  std::vector<std::string> dra_gpus_;  // UUIDs the DRA side serves (state_mu_)
 
   // Guards backend_, inventory_ and checker_ (the pointers) for readers on
   // other threads (the metrics collector, accessors); writers also hold

@@ -1,24 +1,27 @@
 #include "agent/doctor.h"
 
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+#include <linux/magic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <sstream>
-
-#include <grpcpp/grpcpp.h>
-#include <httplib.h>
-
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"
 #include "dra/checkpoint.h"
 #include "health/monitor.h"
+#include "kube/client.h"
+#include "kube/config.h"
 #include "metrics/exporter.h"
 #include "pluginregistration/v1/api.grpc.pb.h"
 
@@ -334,10 +337,157 @@ std::string_view Tag(Level l) {
   return "[ ?? ]";
 }
 
+// `j[key]` when `j` is an object that has it, else null.
+const kube::Json* Member(const kube::Json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  const auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+std::string StringMember(const kube::Json* j, const char* key) {
+  const kube::Json* m = j == nullptr ? nullptr : Member(*j, key);
+  return m != nullptr && m->is_string() ? m->get<std::string>() : std::string();
+}
+
+constexpr char kDraFix[] =
+    "apply deploy/overlays/dra/rbac.yaml (ClusterRole danqing-device-plugin-dra, bound to the "
+    "agent's ServiceAccount)";
+
+// The API server as the agent reaches it: the node's ResourceSlices listed
+// with the agent's credentials, what those credentials may do (one
+// SelfSubjectAccessReview per verb the driver needs), and the DeviceClasses
+// that select this driver's devices.
+void CheckDraApi(const config::Config& cfg, const DoctorOptions& options, Findings& f) {
+  const auto& d = cfg.danqing;
+  auto kc = options.kubeconfig.empty() ? kube::InClusterConfig(options.service_account_dir)
+                                       : kube::LoadKubeconfig(options.kubeconfig);
+  if (!kc.ok()) {
+    f.Add(Level::kFail, "DRA API server", kc.status().message(),
+          options.kubeconfig.empty()
+              ? "run doctor in the agent's pod (kubectl exec ... -- danqing-device-plugin "
+                "doctor), or give --kubeconfig"
+              : "fix the kubeconfig named above (--kubeconfig, $KUBECONFIG)");
+    return;
+  }
+  kc->connect_timeout = std::chrono::seconds(2);
+  kc->request_timeout = std::chrono::seconds(5);
+  auto client = kube::Client::Create(*kc);
+  if (!client.ok()) {
+    f.Add(Level::kFail, "DRA API server", client.status().message(),
+          "fix the CA or client certificate named above");
+    return;
+  }
+  kube::Client& c = **client;
+  const std::string slices = "/apis/resource.k8s.io/v1/resourceslices";
+  auto list = c.Get(slices, {{"fieldSelector", "spec.nodeName=" + d.node_name +
+                                                   ",spec.driver=" + d.dra_driver_name}});
+  if (!list.ok()) {
+    const kube::ApiError& e = list.error();
+    std::string fix = e.IsForbidden()      ? std::string(kDraFix)
+                      : e.IsUnauthorized() ? "the token was refused: is the ServiceAccount's "
+                                             "token mounted and current?"
+                      : e.http_status == 404
+                          ? "the server does not serve resource.k8s.io/v1 (Kubernetes 1.34+)"
+                          : "is the API server reachable from this node (" + kc->server + ")?";
+    f.Add(Level::kFail, "DRA API server", e.ToString(), std::move(fix));
+    if (!e.IsForbidden()) return;  // no answer: the other checks would say the same
+  } else {
+    const kube::Json* items = Member(list.value(), "items");
+    const size_t n = items != nullptr && items->is_array() ? items->size() : 0;
+    f.Add(Level::kOk, "DRA API server",
+          kc->server + " answers; " + std::to_string(n) + " ResourceSlice(s) of node " +
+              d.node_name + " for " + d.dra_driver_name);
+  }
+
+  // Permissions: what the driver does, asked of the server for these
+  // credentials (every authenticated user may ask).
+  struct Need {
+    const char* verb;
+    const char* resource;
+  };
+  static constexpr Need kNeeds[] = {
+      {"get", "resourceslices"},    {"list", "resourceslices"},   {"watch", "resourceslices"},
+      {"create", "resourceslices"}, {"update", "resourceslices"}, {"delete", "resourceslices"},
+      {"get", "resourceclaims"},    {"list", "deviceclasses"},
+  };
+  std::vector<std::string> denied;
+  std::string review_error;
+  for (const Need& n : kNeeds) {
+    kube::Json review = {
+        {"apiVersion", "authorization.k8s.io/v1"},
+        {"kind", "SelfSubjectAccessReview"},
+        {"spec",
+         {{"resourceAttributes",
+           {{"group", "resource.k8s.io"}, {"resource", n.resource}, {"verb", n.verb}}}}}};
+    auto r = c.Create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review);
+    if (!r.ok()) {
+      review_error = r.error().ToString();
+      break;
+    }
+    const kube::Json* status = Member(r.value(), "status");
+    const kube::Json* allowed = status == nullptr ? nullptr : Member(*status, "allowed");
+    if (allowed == nullptr || !allowed->is_boolean() || !allowed->get<bool>()) {
+      denied.push_back(std::string(n.verb) + " " + n.resource);
+    }
+  }
+  if (!review_error.empty()) {
+    f.Add(Level::kWarn, "DRA permissions", "cannot ask the server: " + review_error,
+          "check by hand: kubectl auth can-i --as=system:serviceaccount:kube-system:"
+          "danqing-device-plugin create resourceslices.resource.k8s.io");
+  } else if (!denied.empty()) {
+    std::string what;
+    for (const auto& x : denied) what += (what.empty() ? "" : ", ") + x;
+    f.Add(Level::kFail, "DRA permissions", "not allowed: " + what + " (resource.k8s.io)", kDraFix);
+  } else {
+    f.Add(Level::kOk, "DRA permissions",
+          "resourceslices get/list/watch/create/update/delete, resourceclaims get, "
+          "deviceclasses list");
+  }
+
+  // DeviceClasses whose CEL selectors name this driver.
+  auto classes = c.Get("/apis/resource.k8s.io/v1/deviceclasses");
+  if (!classes.ok()) {
+    f.Add(Level::kWarn, "DRA DeviceClasses", "cannot list them: " + classes.error().ToString(),
+          classes.error().IsForbidden() ? std::string(kDraFix) : std::string());
+    return;
+  }
+  std::string names, extended;
+  const std::string quoted = "\"" + d.dra_driver_name + "\"";
+  const kube::Json* items = Member(classes.value(), "items");
+  if (items != nullptr && items->is_array()) {
+    for (const auto& dc : *items) {
+      const kube::Json* spec = Member(dc, "spec");
+      const kube::Json* selectors = spec == nullptr ? nullptr : Member(*spec, "selectors");
+      bool ours = false;
+      if (selectors != nullptr && selectors->is_array()) {
+        for (const auto& sel : *selectors) {
+          if (StringMember(Member(sel, "cel"), "expression").find(quoted) != std::string::npos) {
+            ours = true;
+          }
+        }
+      }
+      if (!ours) continue;
+      const std::string name = StringMember(Member(dc, "metadata"), "name");
+      names += (names.empty() ? "" : ", ") + name;
+      if (const std::string ext = StringMember(spec, "extendedResourceName"); !ext.empty()) {
+        extended += (extended.empty() ? "" : ", ") + ext + " (" + name + ")";
+      }
+    }
+  }
+  if (names.empty()) {
+    f.Add(Level::kWarn, "DRA DeviceClasses", "no DeviceClass selects driver " + d.dra_driver_name,
+          "claims name devices through a class: kubectl apply -k deploy/overlays/dra "
+          "(deviceclasses.yaml)");
+  } else {
+    f.Add(Level::kOk, "DRA DeviceClasses",
+          names + (extended.empty() ? "" : "; extended resources: " + extended));
+  }
+}
+
 // The DRA side (docs/dra.md): the plugin watcher's directory, this driver's
-// registration socket answering GetInfo, the checkpoint, and where claims
-// are read from.
-void CheckDra(const config::Config& cfg, Findings& f) {
+// registration socket answering GetInfo, the API server, the checkpoint,
+// and where claims are read from.
+void CheckDra(const config::Config& cfg, const DoctorOptions& options, Findings& f) {
   const auto& d = cfg.danqing;
   if (d.mode == "device-plugin") {
     f.Add(Level::kInfo, "DRA", "off (danqing.mode is device-plugin)");
@@ -349,6 +499,11 @@ void CheckDra(const config::Config& cfg, Findings& f) {
           d.dra_plugins_registry + " is not a directory",
           "mount the kubelet's plugin registration directory into the agent (hostPath " +
               d.dra_plugins_registry + ", danqing.draPluginsRegistry)");
+  } else if (::access(d.dra_plugins_registry.c_str(), W_OK | X_OK) != 0) {
+    f.Add(Level::kFail, "DRA registration directory",
+          d.dra_plugins_registry + " is not writable: " + std::strerror(errno),
+          "the agent creates its registration socket there: mount it read-write and run the "
+          "agent as root (the base DaemonSet does)");
   } else {
     f.Add(Level::kOk, "DRA registration directory", d.dra_plugins_registry);
     const std::string sock = d.dra_plugins_registry + "/" + d.dra_driver_name + "-reg.sock";
@@ -368,7 +523,14 @@ void CheckDra(const config::Config& cfg, Findings& f) {
             "start the agent in dra or split mode; it creates the socket once dra.sock serves");
     }
   }
+  CheckDraApi(cfg, options, f);
   dra::Checkpoint cp(d.dra_checkpoint_dir);
+  struct statfs fs {};
+  if (::statfs(d.dra_checkpoint_dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+    f.Add(Level::kWarn, "DRA checkpoint directory", d.dra_checkpoint_dir + " is on tmpfs",
+          "a reboot loses the prepared claims' record: use a hostPath on the node's disk "
+          "(danqing.draCheckpointDir)");
+  }
   auto loaded = cp.Load();
   if (loaded.ok()) {
     f.Add(Level::kOk, "DRA checkpoint",
@@ -411,7 +573,7 @@ std::vector<Finding> RunDoctor(const Result<config::Config>& config, const Backe
   CheckGpus(cfg, factory, f);
   CheckKubelet(cfg, f);
   CheckCdi(cfg, options, f);
-  CheckDra(cfg, f);
+  CheckDra(cfg, options, f);
   return f.list;
 }
 

@@ -5,9 +5,11 @@
 // the GPUs it reports; the device nodes containers need; the kubelet's
 // device-plugin directory and socket; the pod-resources socket; the CDI
 // directory; the container runtime's CDI setting (when its config file is
-// readable); the DRA side in dra/split mode (registration directory and
-// socket, checkpoint, claim source); device events; and each GPU's health with reasons: the running
-// agent's view when one answers on this host's metricsAddr (it saw the XIDs
+// readable); the DRA side in dra/split mode (registration directory present
+// and writable, its socket, the API server reachable with the agent's
+// credentials and their permissions (SelfSubjectAccessReviews), this
+// driver's DeviceClasses, checkpoint sane, claim source); device events; and each GPU's health with
+// reasons: the running agent's view when one answers on this host's metricsAddr (it saw the XIDs
 // and ECC events), else one reading of the sensors.
 //
 // Thread-safety: a function of its inputs and the filesystem.
@@ -34,6 +36,11 @@ struct DoctorOptions {
   // Container runtime configuration files read for their CDI setting.
   std::string containerd_config = "/etc/containerd/config.toml";
   std::string crio_config = "/etc/crio/crio.conf";
+  // The API server, for the DRA checks (dra/split mode): a kubeconfig file;
+  // empty: the in-cluster config from `service_account_dir` (the pod's
+  // service account, as the agent itself reaches the API server).
+  std::string kubeconfig;
+  std::string service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
 };
 
 // `config` is the resolved configuration or the error resolving it (the

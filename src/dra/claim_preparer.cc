@@ -36,6 +36,12 @@ ClaimPreparer::ClaimPreparer(PreparerOptions options, ClaimSource* source, TimeS
       devices_(std::make_shared<DeviceTable>()) {}
 
 void ClaimPreparer::Changed() {
+  size_t n = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    n = prepared_.size();
+  }
+  NodeMetrics().prepared_claims.WithLabels({}).Set(static_cast<double>(n));
   if (on_change_) on_change_();
 }
 

@@ -24,6 +24,16 @@ NodeMetricFamilies& NodeMetrics() {
             "danqing_dra_registration_notices",
             "The kubelet's NotifyRegistrationStatus answers, by result (registered, refused).",
             {"result"}),
+        r.AddCounter("danqing_dra_split_reload_refused",
+                     "Split reloads refused because a GPU draGpus would move was in use on the "
+                     "side it would leave, by holder (dra, device-plugin, unknown).",
+                     {"held_by"}),
+        r.AddCounter("danqing_dra_split_moves",
+                     "GPUs moved between the device plugin and DRA by split reloads, by the side "
+                     "they moved to.",
+                     {"to"}),
+        r.AddGauge("danqing_dra_prepared_claims",
+                   "ResourceClaims prepared on this node now (in the checkpoint).", {}),
     };
   }();
   return *families;

@@ -242,7 +242,9 @@ std::shared_ptr<const Snapshot> Collector::Collect() {
     if (list.ok()) {
       pods_known = true;
       st.pod_resources_up.Set(1);
-      holders = HoldersFrom(**list, options_.resource_prefix);
+      std::shared_ptr<const DraDevices> dra;
+      if (sources_.dra_devices) dra = sources_.dra_devices();
+      holders = HoldersFrom(**list, options_.resource_prefix, dra.get());
       if (!st.last_pod_error.empty()) spdlog::info("metrics: pod resources answer again");
       st.last_pod_error.clear();
       auto alloc = st.client->GetAllocatable();

@@ -48,6 +48,9 @@ struct Sources {
   // Health transitions since start, by "<to>:<condition>" ("unhealthy:xid",
   // "healthy:gpu-lost"; every XID condition counts as "xid") → count.
   std::function<std::map<std::string, uint64_t>()> health_transitions;
+  // The devices served through DRA (dra/split mode), to attribute the
+  // devices of pods' claims; empty function or null: none.
+  std::function<std::shared_ptr<const DraDevices>()> dra_devices;
 };
 
 struct CollectorOptions {

@@ -110,10 +110,23 @@ std::string DeviceUuidOf(std::string_view device_id) {
   return std::string(device_id.substr(0, sep));
 }
 
-HolderMap HoldersFrom(const v1::ListPodResourcesResponse& list, std::string_view resource_prefix) {
+HolderMap HoldersFrom(const v1::ListPodResourcesResponse& list, std::string_view resource_prefix,
+                      const DraDevices* dra) {
   HolderMap out;
   for (const auto& pod : list.pod_resources()) {
     for (const auto& c : pod.containers()) {
+      if (dra != nullptr) {
+        for (const auto& claim : c.dynamic_resources()) {
+          for (const auto& r : claim.claim_resources()) {
+            if (r.driver_name() != dra->driver || r.pool_name() != dra->pool) continue;
+            const auto it = dra->uuid_by_device.find(r.device_name());
+            if (it == dra->uuid_by_device.end()) continue;
+            std::string id = r.pool_name() + "/" + r.device_name();
+            if (r.has_share_id()) id += "/" + r.share_id();
+            out[it->second].push_back({{pod.namespace_(), pod.name(), c.name()}, dra->driver, id});
+          }
+        }
+      }
       for (const auto& dev : c.devices()) {
         if (dev.resource_name().rfind(resource_prefix, 0) != 0) continue;
         for (const auto& id : dev.device_ids()) {

@@ -3,7 +3,8 @@
 // Three sources, each read by the exporter's collector thread:
 //   - the kubelet's pod resources API (`List`): namespace/pod/container →
 //     device IDs of each extended resource (exact for whole GPUs and MIG
-//     devices; for time-sliced replicas it names every pod sharing a GPU);
+//     devices; for time-sliced replicas it names every pod sharing a GPU),
+//     and the DRA devices of its claims (`dynamic_resources`);
 //   - /proc/<pid>/cgroup of each GPU process: the pod UID and container ID
 //     (cgroup v1 and v2, systemd and cgroupfs drivers, containerd, CRI-O,
 //     Docker);
@@ -69,10 +70,24 @@ struct DeviceHolder {
 // "GPU-x::3" → "GPU-x"; other IDs unchanged.
 std::string DeviceUuidOf(std::string_view device_id);
 
+// The devices this node serves through DRA (docs/dra.md): a claim's device
+// in the pod resources' dynamic_resources is named by driver, pool and
+// device name; this maps it back to the GPU or MIG device.
+struct DraDevices {
+  std::string driver;                                 // "gpu.danqing.io"
+  std::string pool;                                   // the node's name
+  std::map<std::string, std::string> uuid_by_device;  // "gpu-0" → "GPU-…"
+};
+
 // Device UUID (GPU or MIG) → every container holding one of its device IDs,
-// from a List answer, for resources starting with `resource_prefix`.
+// from a List answer, for resources starting with `resource_prefix`; with
+// `dra`, also every container whose dynamic_resources hold one of its
+// devices of that driver and pool (resource: the driver; device ID:
+// "<pool>/<device>", "/<shareID>" appended for a shared allocation). Other
+// drivers' and pools' devices, and names `dra` does not know, are skipped.
 using HolderMap = std::map<std::string, std::vector<DeviceHolder>>;
-HolderMap HoldersFrom(const v1::ListPodResourcesResponse& list, std::string_view resource_prefix);
+HolderMap HoldersFrom(const v1::ListPodResourcesResponse& list, std::string_view resource_prefix,
+                      const DraDevices* dra = nullptr);
 
 // Device UUID → number of allocatable device IDs (e.g. time-slicing replicas).
 std::map<std::string, int> AllocatableFrom(const v1::AllocatableResourcesResponse& resp,

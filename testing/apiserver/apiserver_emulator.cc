@@ -20,6 +20,8 @@ namespace {
 constexpr char kGroup[] = "resource.k8s.io";
 constexpr char kApiVersion[] = "resource.k8s.io/v1";
 constexpr char kPrefix[] = "/apis/resource.k8s.io/v1";
+constexpr char kSelfSubjectAccessReviews[] =
+    "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 
 // ---- PKI
 
@@ -529,7 +531,9 @@ class ApiServerEmulator::Handlers {
     }
     const auto [verb, resource, name] = Classify(req);
     Bump(verb + " " + resource);
-    if (auto it = s_.rbac_.find(token); it != s_.rbac_.end()) {
+    // Every authenticated user may ask what it may do (system:basic-user).
+    const bool review = req.method == "POST" && req.path == kSelfSubjectAccessReviews;
+    if (auto it = s_.rbac_.find(token); it != s_.rbac_.end() && !review) {
       const std::string rbac_verb = verb == "WATCH"    ? "watch"
                                     : verb == "LIST"   ? "list"
                                     : verb == "POST"   ? "create"
@@ -766,6 +770,44 @@ class ApiServerEmulator::Handlers {
            {"items", items}});
   }
 
+  // POST selfsubjectaccessreviews: spec.resourceAttributes (group,
+  // resource, verb) answered from the token's RBAC table (no table: all
+  // allowed), 201 with the review and its status, as upstream.
+  void ReviewAccess(const httplib::Request& req, httplib::Response& res) {
+    const auto body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    const Json* attrs = nullptr;
+    if (body.is_object() && body.contains("spec") && body["spec"].is_object() &&
+        body["spec"].contains("resourceAttributes")) {
+      attrs = &body["spec"]["resourceAttributes"];
+    }
+    if (attrs == nullptr || !attrs->is_object()) {
+      Count(422);
+      ReplyStatus(res, 422,
+                  "SelfSubjectAccessReview.authorization.k8s.io \"\" is invalid: "
+                  "spec.resourceAttributes: Invalid value: null: exactly one of "
+                  "nonResourceAttributes or resourceAttributes must be specified",
+                  "Invalid");
+      return;
+    }
+    const std::string group = attrs->value("group", "");
+    const std::string resource = attrs->value("resource", "");
+    const std::string verb = attrs->value("verb", "");
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string token = auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : "";
+    std::lock_guard lock(s_.mu_);
+    bool allowed = true;
+    if (auto it = s_.rbac_.find(token); it != s_.rbac_.end()) {
+      allowed = group == kGroup && it->second.contains(verb + " " + resource);
+    }
+    Json out = body;
+    out["apiVersion"] = "authorization.k8s.io/v1";
+    out["kind"] = "SelfSubjectAccessReview";
+    out["metadata"] = {{"creationTimestamp", nullptr}};
+    out["status"] = {{"allowed", allowed}};
+    if (allowed) out["status"]["reason"] = "RBAC: allowed by the emulator's table";
+    Reply(res, 201, out);
+  }
+
   void ListClasses(const httplib::Request&, httplib::Response& res) {
     std::lock_guard lock(s_.mu_);
     Json items = Json::array();
@@ -984,6 +1026,8 @@ Status ApiServerEmulator::Start(int port) {
               [h](const httplib::Request& q, httplib::Response& r) { h->GetClaim(q, r); });
   server->Get(std::string(kPrefix) + "/namespaces/([^/]+)/resourceclaims",
               [h](const httplib::Request& q, httplib::Response& r) { h->ListClaims(q, r); });
+  server->Post(kSelfSubjectAccessReviews,
+               [h](const httplib::Request& q, httplib::Response& r) { h->ReviewAccess(q, r); });
   server->Get(std::string(kPrefix) + "/deviceclasses",
               [h](const httplib::Request& q, httplib::Response& r) { h->ListClasses(q, r); });
   server->Get(std::string(kPrefix) + "/deviceclasses/([^/]+)",

@@ -12,6 +12,8 @@
 //        DELETE (preconditions.resourceVersion honoured)
 //   /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaims[/<name>]  GET
 //   /apis/resource.k8s.io/v1/deviceclasses[/<name>]    GET
+//   /apis/authorization.k8s.io/v1/selfsubjectaccessreviews  POST (answered
+//        from the RBAC table below; any authenticated token may ask)
 //
 // ResourceSlices are validated as the API server's validation does for the
 // parts a driver can get wrong (422 Invalid with causes naming the field):

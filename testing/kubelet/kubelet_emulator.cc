@@ -835,6 +835,10 @@ class PodResourcesEmulator::Impl final : public v1::PodResourcesLister::Callback
     {
       std::lock_guard lock(mu_);
       ++calls_;
+      if (later_from_ > 0 && calls_ >= later_from_) {
+        pods_ = std::move(later_pods_);
+        later_from_ = 0;
+      }
       for (const v1::PodResources& p : pods_) *response->add_pod_resources() = p;
     }
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -882,6 +886,8 @@ class PodResourcesEmulator::Impl final : public v1::PodResourcesLister::Callback
 
   mutable std::mutex mu_;
   std::vector<v1::PodResources> pods_;            // GUARDED_BY(mu_)
+  std::vector<v1::PodResources> later_pods_;      // GUARDED_BY(mu_): pods_ from call later_from_
+  int64_t later_from_ = 0;                        // GUARDED_BY(mu_); 0: none pending
   v1::AllocatableResourcesResponse allocatable_;  // GUARDED_BY(mu_)
   int64_t calls_ = 0;                             // GUARDED_BY(mu_)
 };
@@ -920,6 +926,13 @@ const std::string& PodResourcesEmulator::socket_path() const {
 void PodResourcesEmulator::SetPods(std::vector<v1::PodResources> pods) {
   std::lock_guard lock(impl_->mu_);
   impl_->pods_ = std::move(pods);
+  impl_->later_from_ = 0;
+}
+
+void PodResourcesEmulator::SetPodsFromCall(int64_t call, std::vector<v1::PodResources> pods) {
+  std::lock_guard lock(impl_->mu_);
+  impl_->later_pods_ = std::move(pods);
+  impl_->later_from_ = call;
 }
 
 void PodResourcesEmulator::SetAllocatable(v1::AllocatableResourcesResponse allocatable) {
@@ -930,6 +943,21 @@ void PodResourcesEmulator::SetAllocatable(v1::AllocatableResourcesResponse alloc
 int64_t PodResourcesEmulator::CallCount() const {
   std::lock_guard lock(impl_->mu_);
   return impl_->calls_;
+}
+
+void AddDynamicResource(v1::ContainerResources& container, const std::string& claim_namespace,
+                        const std::string& claim_name, const std::vector<ClaimDevice>& devices) {
+  auto* claim = container.add_dynamic_resources();
+  claim->set_claim_namespace(claim_namespace);
+  claim->set_claim_name(claim_name);
+  for (const auto& d : devices) {
+    auto* r = claim->add_claim_resources();
+    r->set_driver_name(d.driver);
+    r->set_pool_name(d.pool);
+    r->set_device_name(d.device);
+    for (const auto& id : d.cdi_ids) r->add_cdi_devices()->set_name(id);
+    if (d.share_id) r->set_share_id(*d.share_id);
+  }
 }
 
 }  // namespace danqing::testing

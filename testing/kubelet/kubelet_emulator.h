@@ -241,6 +241,9 @@ class PodResourcesEmulator {
   const std::string& socket_path() const;
 
   void SetPods(std::vector<v1::PodResources> pods);
+  // From the `call`-th RPC on (CallCount's numbering, 1-based), List answers
+  // `pods`: a pod admitted between two reads of the client under test.
+  void SetPodsFromCall(int64_t call, std::vector<v1::PodResources> pods);
   void SetAllocatable(v1::AllocatableResourcesResponse allocatable);
 
   // RPCs answered so far, all methods together.
@@ -250,5 +253,20 @@ class PodResourcesEmulator {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// One device of a DRA claim as the kubelet reports it in a container's
+// dynamic_resources (pod resources v1: DynamicResource.claim_resources).
+struct ClaimDevice {
+  std::string driver;  // "gpu.danqing.io"
+  std::string pool;    // the node's name
+  std::string device;  // "gpu-0"
+  std::vector<std::string> cdi_ids;
+  std::optional<std::string> share_id;  // a shared allocation's shareID
+};
+// Adds claim `claim_namespace/claim_name` holding `devices` to `container`,
+// as the kubelet does for a container that names the claim in
+// resources.claims.
+void AddDynamicResource(v1::ContainerResources& container, const std::string& claim_namespace,
+                        const std::string& claim_name, const std::vector<ClaimDevice>& devices);
 
 }  // namespace danqing::testing

@@ -688,6 +688,44 @@ v1::PodResources MakePod(const std::string& ns, const std::string& name,
   return pod;
 }
 
+// A container's DRA claims travel in dynamic_resources (field 5), each
+// device named by driver, pool and device, with its CDI IDs and shareID.
+TEST(PodResourcesEmulatorTest, DynamicResourcesOnTheWire) {
+  TempDir dir;
+  PodResourcesEmulator server(dir.path() + "/kubelet.sock");
+  grpc::Status s = server.Start();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  v1::PodResources pod;
+  pod.set_namespace_("ml");
+  pod.set_name("train");
+  auto* c = pod.add_containers();
+  c->set_name("main");
+  AddDynamicResource(*c, "ml", "train-gpu",
+                     {{"gpu.danqing.io", "node-a", "gpu-1", {"gpu.danqing.io/claim=u-gpu-1"}, {}},
+                      {"gpu.danqing.io", "node-a", "gpu-2", {}, std::string("s1")}});
+  server.SetPods({pod});
+  auto stub = v1::PodResourcesLister::NewStub(
+      grpc::CreateChannel("unix://" + server.socket_path(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::GetPodResourcesRequest request;
+  request.set_pod_name("train");
+  request.set_pod_namespace("ml");
+  v1::GetPodResourcesResponse response;
+  s = stub->Get(&context, request, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(response.pod_resources().containers(0).dynamic_resources_size(), 1);
+  const auto& claim = response.pod_resources().containers(0).dynamic_resources(0);
+  EXPECT_EQ(claim.claim_namespace(), "ml");
+  EXPECT_EQ(claim.claim_name(), "train-gpu");
+  ASSERT_EQ(claim.claim_resources_size(), 2);
+  EXPECT_EQ(claim.claim_resources(0).driver_name(), "gpu.danqing.io");
+  EXPECT_EQ(claim.claim_resources(0).pool_name(), "node-a");
+  EXPECT_EQ(claim.claim_resources(0).device_name(), "gpu-1");
+  EXPECT_EQ(claim.claim_resources(0).cdi_devices(0).name(), "gpu.danqing.io/claim=u-gpu-1");
+  EXPECT_FALSE(claim.claim_resources(0).has_share_id());
+  EXPECT_EQ(claim.claim_resources(1).share_id(), "s1");
+}
+
 TEST(PodResourcesEmulatorTest, ListGetAndAllocatable) {
   TempDir dir;
   PodResourcesEmulator server(dir.path() + "/kubelet.sock");

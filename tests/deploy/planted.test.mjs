@@ -210,4 +210,29 @@ test("a time-slicing config with one replica", { skip: agent === "" && "DANQING_
   expectFailure(r, "agent config of time-sliced (exit 2)");
 });
 
+test("DRA overlay: the agent without NODE_NAME from the downward API", { skip: agent === "" && "DANQING_DEVICE_PLUGIN_BIN not set" }, () => {
+  const r = runCheck(replaceIn("base/agent/daemonset.yaml",
+    "            - name: NODE_NAME\n", "            - name: NODE_NAME_UNUSED\n"), { withAgent: true });
+  expectFailure(r, "DaemonSet/kube-system/danqing-device-plugin: container agent: danqing.mode dra needs NODE_NAME",
+    "agent config of dra (exit 2)", "needs danqing.nodeName");
+});
+
+test("DRA overlay: plugins_registry not mounted", () => {
+  const r = runCheck(replaceIn("overlays/dra/kustomization.yaml",
+    "          mountPath: /var/lib/kubelet/plugins_registry", "          mountPath: /var/lib/kubelet/plugins-registry"));
+  expectFailure(r, "needs the kubelet's plugin registration directory mounted at /var/lib/kubelet/plugins_registry");
+});
+
+test("DRA overlay: a driver name no DeviceClass selects", () => {
+  const r = runCheck(replaceIn("overlays/dra/config.yaml",
+    "draDriverName: gpu.danqing.io", "draDriverName: gpu.example.com"));
+  expectFailure(r, "no DeviceClass in this rendering selects driver gpu.example.com");
+});
+
+test("DRA overlay: a DeviceClass field the API does not have", () => {
+  const r = runCheck(replaceIn("overlays/dra/deviceclasses.yaml",
+    "  extendedResourceName: nvidia.com/gpu", "  extendedResource: nvidia.com/gpu"));
+  expectFailure(r, "DeviceClass/nvidia-gpu.gpu.danqing.io", "extendedResource");
+});
+
 });

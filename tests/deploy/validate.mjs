@@ -5,7 +5,9 @@
 //        [--agent-config-out DIR] RENDERED.yaml...
 //
 // --agent-config-out writes each rendering's node agent config.yaml (from the
-// danqing-device-plugin-config ConfigMap) to DIR/<rendering>.config.yaml.
+// danqing-device-plugin-config ConfigMap) to DIR/<rendering>.config.yaml, and
+// the agent container's environment (NAME=VALUE lines; the downward API's
+// node name as "deploy-check-node") to DIR/<rendering>.env.
 //
 // 1. Schema: every object against the Kubernetes OpenAPI schemas compiled into
 //    the pinned npm `kubernetes-models` (and its KEDA and prometheus-operator
@@ -26,7 +28,10 @@
 //    - KEDA's Prometheus triggers fail on an empty result (ignoreNullValues: "false");
 //    - images are pinned (no :latest, no untagged image);
 //    - the node agent's scrape keeps its pod labels (honor_labels / honorLabels);
-//    - the service is scraped on its probe port, which uploads cannot starve.
+//    - the service is scraped on its probe port, which uploads cannot starve;
+//    - in dra/split mode the agent gets NODE_NAME from the downward API and
+//      the kubelet's plugins_registry and plugins directories, and a
+//      DeviceClass selects the configured driver.
 //
 // Exit 0 when everything passes, 1 with one line per problem otherwise,
 // 2 on usage errors.
@@ -338,6 +343,61 @@ function checkScrapeConfig(file, problems) {
 
 // ------------------------------------------------------------------ main ----
 
+// ------------------------------------------------------- the node agent ----
+
+function agentContainer(ds) {
+  const cs = ds.spec?.template?.spec?.containers ?? [];
+  return cs.find((c) => c.name === "agent") ?? cs[0];
+}
+
+// The agent container's environment as the kubelet sets it: literal values,
+// and the downward API's spec.nodeName as a stand-in node name. CONFIG_FILE
+// is left out (deploy-check.sh passes the rendered file itself).
+function agentEnvironment(ds) {
+  const env = [];
+  for (const e of agentContainer(ds)?.env ?? []) {
+    if (e.name === "CONFIG_FILE") continue;
+    if (typeof e.value === "string") env.push([e.name, e.value]);
+    else if (e.valueFrom?.fieldRef?.fieldPath === "spec.nodeName") env.push([e.name, "deploy-check-node"]);
+  }
+  return env;
+}
+
+// In dra or split mode (the rendering's agent config), the agent needs the
+// node's name from the downward API (the DRA pool's name), the kubelet's
+// plugin registration directory and its plugins directory (dra.sock and the
+// prepared-claims checkpoint, on the node's disk).
+function checkAgentDaemonSet(ds, objects, own) {
+  const cm = objects.find((x) => x.kind === "ConfigMap" && x.metadata?.name === "danqing-device-plugin-config");
+  let cfg = null;
+  try {
+    cfg = YAML.parse(cm?.data?.["config.yaml"] ?? "") ?? null;
+  } catch {
+    return;  // the agent's own parser reports it (deploy-check.sh --agent)
+  }
+  const mode = cfg?.danqing?.mode ?? "device-plugin";
+  if (mode !== "dra" && mode !== "split") return;
+  const c = agentContainer(ds);
+  const nodeName = (c?.env ?? []).find((e) => e.name === "NODE_NAME");
+  if (!cfg?.danqing?.nodeName && nodeName?.valueFrom?.fieldRef?.fieldPath !== "spec.nodeName") {
+    own.push(`container ${c?.name}: danqing.mode ${mode} needs NODE_NAME from the downward API (fieldRef spec.nodeName): it names the DRA pool`);
+  }
+  const mounts = (c?.volumeMounts ?? []).map((m) => m.mountPath.replace(/\/+$/, ""));
+  const registry = cfg?.danqing?.draPluginsRegistry ?? "/var/lib/kubelet/plugins_registry";
+  if (!mounts.includes(registry)) {
+    own.push(`container ${c?.name}: danqing.mode ${mode} needs the kubelet's plugin registration directory mounted at ${registry}`);
+  }
+  const driver = cfg?.danqing?.draDriverName ?? "gpu.danqing.io";
+  const selects = (dc) => (dc.spec?.selectors ?? []).some((x) => (x.cel?.expression ?? "").includes(`"${driver}"`));
+  if (!objects.some((x) => x.kind === "DeviceClass" && selects(x))) {
+    own.push(`danqing.mode ${mode}: no DeviceClass in this rendering selects driver ${driver} (claims could not name its devices)`);
+  }
+  const pluginDir = cfg?.danqing?.draPluginDir ?? `/var/lib/kubelet/plugins/${driver}`;
+  if (!mounts.some((m) => pluginDir === m || pluginDir.startsWith(m + "/"))) {
+    own.push(`container ${c?.name}: danqing.mode ${mode} needs ${pluginDir} (dra.sock, the checkpoint) on a hostPath mount`);
+  }
+}
+
 async function validateFile(file, served, problems, agentConfigOut) {
   const docs = YAML.parseAllDocuments(fs.readFileSync(file, "utf8"));
   const objects = [];
@@ -421,6 +481,14 @@ async function validateFile(file, served, problems, agentConfigOut) {
       // The agent's own parser checks it (scripts/deploy-check.sh --agent).
       const out = path.join(agentConfigOut, path.basename(file, ".yaml") + ".config.yaml");
       fs.writeFileSync(out, o.data?.["config.yaml"] ?? "");
+    }
+    if (o.kind === "DaemonSet" && o.metadata?.name === "danqing-device-plugin") {
+      checkAgentDaemonSet(o, objects, own);
+      if (agentConfigOut) {
+        // The environment the kubelet gives the agent, for its parser.
+        const out = path.join(agentConfigOut, path.basename(file, ".yaml") + ".env");
+        fs.writeFileSync(out, agentEnvironment(o).map(([k, v]) => `${k}=${v}\n`).join(""));
+      }
     }
     if (o.kind === "ConfigMap") {
       for (const k of Object.keys(o.data ?? {})) {

@@ -56,6 +56,7 @@ TEST_F(PreparerTest, PreparesWritesSpecAndIsIdempotent) {
   ASSERT_EQ(r->devices.size(), 1u);
   EXPECT_EQ(r->devices[0].cdi_ids, std::vector<std::string>{"gpu.danqing.io/claim=uid-1-gpu-0"});
   EXPECT_EQ(r->devices[0].requests, std::vector<std::string>{"gpu"});
+  EXPECT_EQ(NodeMetrics().prepared_claims.WithLabels({}).value(), 1);
   const auto text = ReadTextFile(SpecPath("uid-1"));
   ASSERT_TRUE(text);
   const auto spec = nlohmann::json::parse(*text);
@@ -78,6 +79,7 @@ TEST_F(PreparerTest, PreparesWritesSpecAndIsIdempotent) {
   ASSERT_TRUE(p->Unprepare({"default", "c1", "uid-1"}).ok());
   EXPECT_FALSE(std::filesystem::exists(SpecPath("uid-1")));
   EXPECT_TRUE(p->Prepared().empty());
+  EXPECT_EQ(NodeMetrics().prepared_claims.WithLabels({}).value(), 0);
   EXPECT_TRUE(p->Unprepare({"default", "c1", "uid-1"}).ok());
 }
 

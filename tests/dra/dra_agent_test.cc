@@ -3,15 +3,19 @@
 // file, health from the agent's own checker in the DRA health stream, and
 // the device plugin side (kubelet emulator) never offering a DRA GPU.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
 
 #include "agent/agent.h"
 #include "agent/doctor.h"
 #include "config/config.h"
 #include "dra/file_claim_source.h"
+#include "dra/node_metrics.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -158,12 +162,185 @@ TEST_F(DraAgentTest, SplitModeNeverOffersAGpuBothWays) {
   EXPECT_EQ(Prepare("b", "ub").error(), "");
   const std::string err = Prepare("c", "uc").error();
   EXPECT_NE(err.find("node-a/gpu-2 is unknown on this node"), std::string::npos) << err;
-  // The split is not changed by a reload.
+  // Claim b holds GPU 1: draGpus cannot give it to the device plugin.
   auto moved = Config("split", {"0"});
   Status st = agent_->Reload(moved);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(st.message().find("draGpus"), std::string::npos);
+  EXPECT_NE(st.message().find("danqing.draGpus"), std::string::npos);
   EXPECT_EQ(Prepare("b", "ub").error(), "");
+  // Other DRA settings still need a restart.
+  auto renamed = Config("split", {"0", "1"});
+  renamed.danqing.node_name = "node-b";
+  st = agent_->Reload(renamed);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("nodeName"), std::string::npos) << st.message();
+}
+
+// Split reload: draGpus moves GPUs live, both ways, and is refused (running
+// configuration kept, logged, counted) while a moving GPU is in use on the
+// side it would leave: a prepared claim (DRA), a pod's allocation in the
+// kubelet's pod resources (device plugin), or pod resources not answering.
+TEST_F(DraAgentTest, SplitReloadMovesGpusBothWaysAndRefusesWhileInUse) {
+  testing::FakeNode node("a100-8x-nvswitch");
+  WriteClaims(
+      nlohmann::json::array({ResourceClaim("a", "ua", "gpu-0"), ResourceClaim("b", "ub", "gpu-1"),
+                             ResourceClaim("c", "uc", "gpu-2"), ResourceClaim("d", "ud", "gpu-3"),
+                             ResourceClaim("f", "uf", "gpu-0")}));
+  testing::PodResourcesEmulator pods(dir_ + "/pod-resources.sock");
+  ASSERT_TRUE(pods.Start().ok());
+  auto split = [&](std::vector<std::string> gpus) {
+    auto cfg = Config("split", std::move(gpus));
+    cfg.danqing.pod_resources_socket = pods.socket_path();
+    return cfg;
+  };
+  std::vector<std::string> uuid;  // read through the fake NVML once the agent loaded it
+  auto offered = [this](const std::string& id) {
+    for (const auto& d : kubelet_->Devices("nvidia.com/gpu")) {
+      if (d.id() == id) return true;
+    }
+    return false;
+  };
+  auto plugin_has = [this](size_t n, const std::string& with, const std::string& without) {
+    return kubelet_->WaitForDevices(
+        "nvidia.com/gpu",
+        [&](const auto& ds) {
+          bool has = with.empty(), lacks = true;
+          for (const auto& d : ds) {
+            has = has || d.id() == with;
+            lacks = lacks && d.id() != without;
+          }
+          return ds.size() == n && has && lacks;
+        },
+        10s);
+  };
+  auto refused = [](const std::string& by) {
+    return dra::NodeMetrics().split_reload_refused.WithLabels({by}).value();
+  };
+
+  agent_ = std::make_unique<agent::Agent>();
+  ASSERT_TRUE(agent_->Start(split({"0", "1"})).ok());
+  for (int i = 0; i < 8; ++i) uuid.push_back(GpuUuid(node, i));
+  ASSERT_TRUE(plugin_has(6, "", uuid[1]));
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  ASSERT_EQ(Prepare("a", "ua").error(), "");
+
+  // DRA → device plugin: GPU 1 holds no claim.
+  ASSERT_TRUE(agent_->Reload(split({"0"})).ok());
+  EXPECT_TRUE(plugin_has(7, uuid[1], uuid[0]));
+  EXPECT_NE(Prepare("b", "ub").error().find("node-a/gpu-1 is unknown on this node"),
+            std::string::npos);
+
+  // Device plugin → DRA: no pod holds GPU 2.
+  ASSERT_TRUE(agent_->Reload(split({"0", "2"})).ok());
+  EXPECT_TRUE(plugin_has(6, uuid[1], uuid[2]));
+  EXPECT_EQ(Prepare("c", "uc").error(), "");
+
+  // Refused: a pod holds GPU 3 through the device plugin.
+  v1::PodResources render;
+  render.set_namespace_("ml");
+  render.set_name("render");
+  auto* c = render.add_containers();
+  c->set_name("main");
+  auto* dev = c->add_devices();
+  dev->set_resource_name("nvidia.com/gpu");
+  dev->add_device_ids(uuid[3]);
+  v1::PodResources render2 = render;  // two holders: still one refused reload
+  render2.set_name("render-2");
+  pods.SetPods({render, render2});
+  const double before_plugin = refused("device-plugin");
+  Status st = agent_->Reload(split({"0", "2", "3"}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("GPU 3 (" + uuid[3] + ") is allocated through the device plugin"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("pod ml/render container main"), std::string::npos);
+  EXPECT_EQ(refused("device-plugin"), before_plugin + 1);
+  EXPECT_TRUE(plugin_has(6, uuid[3], uuid[2])) << "GPU 3 offered again, as before";
+  EXPECT_TRUE(offered(uuid[3]));
+  EXPECT_NE(Prepare("d", "ud").error().find("unknown on this node"), std::string::npos);
+
+  // A pod admitted between the first question and the withdrawal: the second
+  // question sees it, and both sides are put back (GPU 5 offered again).
+  pods.SetPods({});
+  const std::string gpu5 = uuid[5];
+  *render.mutable_containers(0)->mutable_devices(0)->mutable_device_ids(0) = gpu5;
+  const int64_t calls = pods.CallCount();
+  pods.SetPodsFromCall(calls + 2, {render});
+  st = agent_->Reload(split({"0", "2", "5"}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("GPU 5 (" + gpu5 + ") is allocated through the device plugin"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(pods.CallCount(), calls + 2) << "asked before and after the withdrawal";
+  EXPECT_TRUE(plugin_has(6, uuid[5], uuid[2])) << "GPU 5 withdrawn, then offered again";
+  EXPECT_NE(Prepare("d", "ud").error().find("unknown on this node"), std::string::npos);
+  pods.SetPods({});
+
+  // Refused: claim a holds GPU 0 through DRA.
+  const double before_dra = refused("dra");
+  st = agent_->Reload(split({"2"}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("GPU 0 (" + uuid[0] + ") is held through DRA by claim default/a (ua"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(refused("dra"), before_dra + 1);
+  EXPECT_FALSE(offered(uuid[0]));
+  EXPECT_EQ(Prepare("a", "ua").error(), "") << "claim a still prepared";
+  EXPECT_EQ(Prepare("f", "uf").error(), "") << "GPU 0 still served through DRA";
+
+  // Released: the same reload goes through.
+  drav1::NodeUnprepareResourcesResponse un;
+  ASSERT_TRUE(
+      dra_kubelet_->Unprepare(kDriver, {{"default", "a", "ua"}, {"default", "f", "uf"}}, &un).ok());
+  ASSERT_TRUE(agent_->Reload(split({"2"})).ok());
+  EXPECT_TRUE(plugin_has(7, uuid[0], uuid[2]));
+
+  // Pod resources not answering: whether a GPU is allocated cannot be told.
+  pods.Stop();
+  st = agent_->Reload(split({"2", "4"}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("cannot tell whether GPU 4"), std::string::npos) << st.message();
+  EXPECT_TRUE(plugin_has(7, uuid[4], uuid[2]));
+}
+
+// The agent hands its DRA device table to the exporter: a pod whose claim
+// holds gpu-3 (pod resources dynamic_resources) labels GPU 3's series.
+TEST_F(DraAgentTest, MetricsAttributeClaimDevicesToPods) {
+  testing::FakeNode node("a100-8x-nvswitch");
+  testing::PodResourcesEmulator pods(dir_ + "/pod-resources.sock");
+  ASSERT_TRUE(pods.Start().ok());
+  v1::PodResources train;
+  train.set_namespace_("ml");
+  train.set_name("train");
+  auto* c = train.add_containers();
+  c->set_name("main");
+  testing::AddDynamicResource(*c, "ml", "train-gpu", {{kDriver, "node-a", "gpu-3", {}, {}}});
+  pods.SetPods({train});
+  auto cfg = Config("dra");
+  cfg.danqing.metrics_addr = "127.0.0.1:0";
+  cfg.danqing.pod_resources_socket = pods.socket_path();
+  agent_ = std::make_unique<agent::Agent>();
+  ASSERT_TRUE(agent_->Start(cfg).ok());
+  const std::string gpu3 = GpuUuid(node, 3);
+  httplib::Client cli("127.0.0.1", agent_->metrics_port());
+  const std::string want = "UUID=\"" + gpu3 + "\"";
+  std::string line;
+  for (int i = 0; i < 50 && line.empty(); ++i) {
+    auto r = cli.Get("/metrics");
+    ASSERT_TRUE(r);
+    std::istringstream in(r->body);
+    for (std::string l; std::getline(in, l);) {
+      if (l.rfind("DCGM_FI_DEV_FB_USED{", 0) == 0 && l.find(want) != std::string::npos &&
+          l.find("pod=") != std::string::npos) {
+        line = l;
+      }
+    }
+    if (line.empty()) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(line.empty()) << "GPU 3 never carried a pod label";
+  EXPECT_NE(line.find("namespace=\"ml\""), std::string::npos) << line;
+  EXPECT_NE(line.find("pod=\"train\""), std::string::npos) << line;
+  EXPECT_NE(line.find("container=\"main\""), std::string::npos) << line;
 }
 
 const agent::Finding* Find(const std::vector<agent::Finding>& fs, const std::string& check) {
@@ -279,6 +456,43 @@ TEST(DraGpusCommand, ShowsWhichWayEachGpuIsServed) {
   ASSERT_EQ(table.exit_code, 0) << table.out;
   EXPECT_NE(table.out.find("Served (mode dra):"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("DRA gpu.danqing.io device gpu-7"), std::string::npos) << table.out;
+}
+
+// A MIG-enabled GPU served through DRA is published as its MIG devices only:
+// `gpus` names those, not the whole GPU.
+TEST(DraGpusCommand, MigGpusAreShownAsTheirMigDevices) {
+  testing::FakeNode node("a100-mig-mixed");  // GPU 0: 4 MIG devices, GPU 3: no MIG
+  auto r = testing::RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--nvml-lib", testing::FakeNvmlLibrary(),
+                                "gpus", "--json", "--no-sensors", "--log-level", "error",
+                                "--config-file=", "--mode", "split", "--dra-gpus", "0,3",
+                                "--node-name", "node-a"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  bool saw0 = false;
+  for (const auto& g : j["serving"]["gpus"]) {
+    if (g["index"] == 0) {
+      saw0 = true;
+      EXPECT_FALSE(g.contains("draDevice")) << g.dump();
+      ASSERT_EQ(g["draDevices"].size(), 4u) << g.dump();
+      for (const auto& n : g["draDevices"]) {
+        EXPECT_EQ(n.get<std::string>().rfind("gpu-0-mig-", 0), 0u) << n;
+      }
+    }
+    if (g["index"] == 3) {
+      EXPECT_EQ(g["draDevices"], nlohmann::json::array({"gpu-3"}));
+    }
+    if (g["index"] == 1) {
+      EXPECT_EQ(g["by"], "device-plugin");
+    }
+  }
+  EXPECT_TRUE(saw0);
+  auto table = testing::RunCommand({DANQING_DEVICE_PLUGIN_BIN, "--nvml-lib",
+                                    testing::FakeNvmlLibrary(), "gpus", "--no-sensors",
+                                    "--log-level", "error", "--config-file=", "--mode", "split",
+                                    "--dra-gpus", "0", "--node-name", "node-a"});
+  ASSERT_EQ(table.exit_code, 0) << table.out;
+  EXPECT_NE(table.out.find("DRA gpu.danqing.io MIG devices gpu-0-mig-"), std::string::npos)
+      << table.out;
 }
 
 TEST(DraConfig, SettingsAreCheckedWithTheFieldNamed) {

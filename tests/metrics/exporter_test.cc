@@ -307,6 +307,76 @@ TEST(PodsTest, WholeGpuAndMigDevicesCarryPodLabels) {
   EXPECT_EQ(own.Value("danqing_pod_resources_up"), 1);
 }
 
+// DRA: the pod resources' dynamic_resources name each claim's devices by
+// driver, pool and device name; the agent's table maps them to UUIDs, and the
+// devices carry the pods' labels as device-plugin devices do. Another pool's
+// or another driver's device, or a name the table lacks, is not attributed.
+TEST(PodsTest, DraClaimDevicesCarryPodLabels) {
+  test::Node node("a100-mig-mixed");
+  ASSERT_TRUE(node.inventory);
+  const auto& g0 = node.inventory->gpus[0];
+  const auto& g2 = node.inventory->gpus[2];
+  const auto& g3 = node.inventory->gpus[3];
+  ASSERT_FALSE(g0.mig_devices.empty());
+  const gpu::MigDevice& mig = g0.mig_devices[0];
+  TempDir dir;
+  danqing::testing::PodResourcesEmulator kubelet(dir.path() + "/kubelet.sock");
+  ASSERT_TRUE(kubelet.Start().ok());
+  using danqing::testing::AddDynamicResource;
+  auto pod = [](const std::string& name, const std::string& container) {
+    return test::MakePod("ml", name, container, {});
+  };
+  v1::PodResources train = pod("train", "main");
+  AddDynamicResource(
+      *train.mutable_containers(0), "ml", "train-gpu",
+      {{"gpu.danqing.io", "node-a", "gpu-3", {"gpu.danqing.io/claim=u1-gpu-3"}, {}}});
+  v1::PodResources infer = pod("infer", "server");
+  AddDynamicResource(*infer.mutable_containers(0), "ml", "infer-mig",
+                     {{"gpu.danqing.io", "node-a", "gpu-0-mig-x", {}, {}}});
+  v1::PodResources stray = pod("stray", "s");
+  AddDynamicResource(*stray.mutable_containers(0), "ml", "elsewhere",
+                     {{"gpu.danqing.io", "node-b", "gpu-2", {}, {}},    // another node's pool
+                      {"gpu.example.com", "node-a", "gpu-2", {}, {}},   // another driver
+                      {"gpu.danqing.io", "node-a", "gpu-9", {}, {}}});  // not on this node
+  kubelet.SetPods({train, infer, stray});
+
+  auto names = std::make_shared<DraDevices>();
+  names->driver = "gpu.danqing.io";
+  names->pool = "node-a";
+  names->uuid_by_device = {{"gpu-3", g3.uuid}, {"gpu-2", g2.uuid}, {"gpu-0-mig-x", mig.uuid}};
+  Sources sources = node.MakeSources();
+  sources.dra_devices = [names] { return names; };
+  CollectorOptions o = Options();
+  o.pod_resources_socket = kubelet.socket_path();
+  Registry reg;
+  Collector c(o, sources, reg);
+  auto e = Parse(Text(*c.Collect()));
+  ASSERT_TRUE(e.errors.empty());
+
+  auto util = Series(e, "DCGM_FI_DEV_GPU_UTIL", g3.uuid);
+  ASSERT_EQ(util.size(), 1u);
+  EXPECT_EQ(util[0]->labels.at("namespace"), "ml");
+  EXPECT_EQ(util[0]->labels.at("pod"), "train");
+  EXPECT_EQ(util[0]->labels.at("container"), "main");
+  EXPECT_EQ(e.Value("danqing_pod_gpu_devices", {{"pod", "train"}}), 1);
+  EXPECT_EQ(One(e, "danqing_gpu_allocated_devices", g3.uuid), 1);
+
+  auto fb = Series(e, "DCGM_FI_DEV_FB_USED", g0.uuid, std::to_string(mig.gpu_instance_id));
+  ASSERT_EQ(fb.size(), 1u);
+  EXPECT_EQ(fb[0]->labels.at("pod"), "infer");
+
+  for (const auto* x : Series(e, "DCGM_FI_DEV_FB_USED", g2.uuid)) {
+    EXPECT_EQ(x->labels.count("pod"), 0u) << "another pool's or driver's device is not ours";
+  }
+  EXPECT_EQ(One(e, "danqing_gpu_allocated_devices", g2.uuid), 0);
+  EXPECT_TRUE(e.Find("danqing_pod_gpu_devices", {{"pod", "stray"}}).empty());
+
+  // Without the agent's table (device-plugin mode) claims are not attributed.
+  Collector plain(o, node.MakeSources(), reg);
+  auto p = Parse(Text(*plain.Collect()));
+  EXPECT_EQ(Series(p, "DCGM_FI_DEV_GPU_UTIL", g3.uuid)[0]->labels.count("pod"), 0u);
+}
+
 // Time-sliced GPU 0 of the DGX A100 shared by three pods; four processes:
 // pod a (cgroup v2, systemd), pod b (cgroup v1, cgroupfs), a host process,
 // and one whose /proc entry is gone.

@@ -17,8 +17,11 @@
 //
 // Bounds: a response body larger than Config::max_response_bytes, or a watch
 // line longer than it, is refused (RESOURCE_EXHAUSTED) and the connection
-// dropped; every request has a connect timeout and an overall timeout (a watch
-// has its own, and is cancellable at any time).
+// dropped; every request has a connect timeout and a request timeout (a watch
+// has its own idle timeout, and is cancellable at any time). The request
+// timeout bounds each wait for the server and the body's arrival as a whole;
+// a server trickling its status line and headers a byte at a time could
+// stretch it (cpp-httplib 0.11 has no deadline for the whole exchange).
 //
 // Thread-safety: Client is safe to use from several threads at once; each
 // call takes a pooled connection (kept alive and reused) or makes one; a

@@ -79,39 +79,23 @@ trap cleanup EXIT
 failed=0
 skipped=0
 
-# Libraries NAME loads with dlopen (absent from its `ldd`): the agent's
-# Kubernetes API client loads libcurl only in the DRA modes (src/kube/curl_api.h).
-dlopened_libs() {
-  case "$1" in
-    danqing-device-plugin) ldconfig -p | awk '$1 == "libcurl.so.4" && /x86-64/ {print $NF; exit}' ;;
-  esac
-}
-
 # Copies BIN to ROOT/usr/bin/NAME with every shared library `ldd` names and
-# the dynamic loader, each at its own path (symlinks resolved, soname kept);
-# the same for the libraries NAME loads with dlopen, and theirs.
+# the dynamic loader, each at its own path (symlinks resolved, soname kept).
 stage_binary() {
   local bin="$1" root="$2" name="$3"
   install -D -m 0755 "$bin" "$root/usr/bin/$name" || return 1
   # Debug sections stay in the build tree; the image needs the code only.
   strip --strip-debug "$root/usr/bin/$name" 2>/dev/null || true
-  local lib obj extra
-  extra=$(dlopened_libs "$name")
-  for obj in "$bin" $extra; do
-    if [ "$obj" != "$bin" ]; then
-      mkdir -p "$root$(dirname "$obj")"
-      cp -L "$obj" "$root$obj" || return 1
-    fi
-    while read -r lib; do
-      [ -n "$lib" ] || continue
-      mkdir -p "$root$(dirname "$lib")"
-      cp -L "$lib" "$root$lib" || return 1
-    done < <(ldd "$obj" | awk '/=> \//{print $3} /^[ \t]*\/[^ ]+ \(/{print $1}')
-    if ldd "$obj" | grep -q 'not found'; then
-      echo "build-images: $obj: $(ldd "$obj" | grep 'not found' | tr '\n' ' ')" >&2
-      return 1
-    fi
-  done
+  local lib
+  while read -r lib; do
+    [ -n "$lib" ] || continue
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib" || return 1
+  done < <(ldd "$bin" | awk '/=> \//{print $3} /^[ \t]*\/[^ ]+ \(/{print $1}')
+  if ldd "$bin" | grep -q 'not found'; then
+    echo "build-images: $bin: $(ldd "$bin" | grep 'not found' | tr '\n' ' ')" >&2
+    return 1
+  fi
   # The loader's search path for libraries mounted at run time (NVML by the
   # NVIDIA runtime, whose hook also runs ldconfig on this root).
   mkdir -p "$root/etc" "$root/tmp"

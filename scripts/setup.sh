@@ -11,8 +11,8 @@ PACKAGES=(
   libpng-dev libjpeg62-turbo-dev libdeflate-dev
   # the writing as a video (issue 28): H.264 in MP4 through FFmpeg's libraries (libx264 inside libavcodec)
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
-  # the node agent's Kubernetes API client (src/kube): HTTPS through libcurl + OpenSSL
-  libcurl4-openssl-dev libssl-dev
+  # the node agent's Kubernetes API client (src/kube): HTTPS through cpp-httplib + OpenSSL
+  libssl-dev
   # renderer: FreeType and the Kai font for characters the stroke data lacks
   libfreetype-dev fonts-arphic-ukai
   # the danqing service: OpenCV components and Haar cascades (perception), HTTP

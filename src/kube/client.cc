@@ -1,34 +1,20 @@
 #include "kube/client.h"
 
-#include <curl/curl.h>
+#include <httplib.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include <cctype>
 #include <cstring>
+#include <thread>
 
 #include "common/read_file.h"
-#include "kube/curl_api.h"
 
 namespace danqing::kube {
 namespace {
 
 constexpr std::size_t kMaxTokenBytes = 64 << 10;
 constexpr std::size_t kMaxErrorBodyInMessage = 512;
-
-// libcurl, loaded by the first Client::Create (curl_api.h); every later use
-// is by a Client, made after it.
-const internal::CurlApi* g_curl = nullptr;
-std::once_flag g_curl_init;
-
-Status InitCurl() {
-  auto api = internal::LoadCurl();
-  if (!api.ok()) return api.status();
-  std::call_once(g_curl_init, [&] { g_curl = *api; });
-  return Status::Ok();
-}
-
-const internal::CurlApi& Curl() {
-  return *g_curl;
-}
 
 std::string PercentEncode(std::string_view s) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -52,23 +38,23 @@ std::string TrimToken(std::string s) {
   return s.substr(b);
 }
 
-ApiError Transport(CURLcode code, const char* errbuf, const std::string& verb,
+ApiError Transport(httplib::Error err, bool timed_out, const std::string& verb,
                    const std::string& path) {
   ApiError e;
   e.verb = verb;
   e.path = path;
-  switch (code) {
-    case CURLE_OPERATION_TIMEDOUT: e.reason = "Timeout"; break;
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_COULDNT_RESOLVE_HOST: e.reason = "ConnectionFailed"; break;
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_CIPHER: e.reason = "TLSError"; break;
-    default: e.reason = "TransportError"; break;
+  switch (err) {
+    case httplib::Error::ConnectionTimeout: e.reason = "Timeout"; break;
+    case httplib::Error::Connection:
+    case httplib::Error::BindIPAddress: e.reason = "ConnectionFailed"; break;
+    case httplib::Error::SSLConnection:
+    case httplib::Error::SSLLoadingCerts:
+    case httplib::Error::SSLServerVerification: e.reason = "TLSError"; break;
+    default: e.reason = timed_out ? "Timeout" : "TransportError"; break;
   }
-  e.message = (errbuf != nullptr && errbuf[0] != '\0') ? errbuf : Curl().easy_strerror(code);
+  e.message = httplib::to_string(err);
+  if (e.reason == "Timeout" && err != httplib::Error::ConnectionTimeout)
+    e.message += " (no complete answer within the request timeout)";
   return e;
 }
 
@@ -106,21 +92,34 @@ ApiError FromStatusBody(long http, const std::string& body, const std::string& v
   return e;
 }
 
-struct Body {
-  std::string data;
-  std::size_t limit = 0;
-  bool too_large = false;
-};
+// A PEM file's text, or `pem` when given (the file is read for each new
+// connection pool entry, so a rotated file is picked up).
+Result<std::string> PemText(const std::string& pem, const std::string& file, const char* what) {
+  if (!pem.empty() || file.empty()) return pem;
+  auto t = ReadRegularFile(file, 1 << 20);
+  if (!t.ok())
+    return Status(StatusCode::kUnavailable,
+                  std::string(what) + " " + file + ": " + t.status().message());
+  return std::move(t).value();
+}
 
-size_t WriteBody(char* ptr, size_t size, size_t n, void* user) {
-  auto* b = static_cast<Body*>(user);
-  const size_t len = size * n;
-  if (b->data.size() + len > b->limit) {
-    b->too_large = true;
-    return 0;  // aborts the transfer
+// Every certificate in `pem` in a new store (owned by the caller until handed
+// to an SSL_CTX); nullptr when it holds none.
+X509_STORE* StoreFromPem(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return nullptr;
+  X509_STORE* store = X509_STORE_new();
+  int n = 0;
+  while (X509* x = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    if (X509_STORE_add_cert(store, x) == 1) ++n;
+    X509_free(x);
   }
-  b->data.append(ptr, len);
-  return len;
+  BIO_free(bio);
+  if (n == 0) {
+    X509_STORE_free(store);
+    return nullptr;
+  }
+  return store;
 }
 
 }  // namespace
@@ -173,10 +172,8 @@ std::string EncodeQuery(const Query& query) {
 }
 
 struct Client::Handle {
-  CURL* curl = nullptr;
-  ~Handle() {
-    if (curl != nullptr) Curl().easy_cleanup(curl);
-  }
+  std::unique_ptr<httplib::ClientImpl> http;
+  std::string error;  // why `http` could not be made
 };
 
 Client::Client(Config config) : config_(std::move(config)) {}
@@ -184,15 +181,56 @@ Client::Client(Config config) : config_(std::move(config)) {}
 Client::~Client() = default;
 
 Result<std::unique_ptr<Client>> Client::Create(Config config) {
-  if (Status st = InitCurl(); !st.ok()) return st;
   if (config.server.empty()) return InvalidArgument("kube client: no API server URL");
   while (!config.server.empty() && config.server.back() == '/') config.server.pop_back();
   auto c = std::unique_ptr<Client>(new Client(std::move(config)));
-  c->ca_pem_ = c->config_.ca_pem;
-  c->cert_pem_ = c->config_.client_cert_pem;
-  c->key_pem_ = c->config_.client_key_pem;
-  // Files are read here once to fail early with their name; curl reads the
-  // CA file again for each new connection (a rotated CA is picked up).
+  // "https://host[:port][/prefix]"; IPv6 literals in brackets.
+  std::string_view url = c->config_.server;
+  if (url.rfind("https://", 0) == 0) {
+    c->tls_ = true;
+    url.remove_prefix(8);
+  } else if (url.rfind("http://", 0) == 0) {
+    url.remove_prefix(7);
+  } else {
+    return InvalidArgument("kube client: server " + c->config_.server +
+                           ": not an http:// or https:// URL");
+  }
+  const auto slash = url.find('/');
+  if (slash != std::string_view::npos) {
+    c->prefix_ = std::string(url.substr(slash));
+    url = url.substr(0, slash);
+  }
+  c->port_ = c->tls_ ? 443 : 80;
+  std::string_view host = url;
+  std::string_view port;
+  if (!url.empty() && url.front() == '[') {
+    const auto close = url.find(']');
+    if (close == std::string_view::npos)
+      return InvalidArgument("kube client: server " + c->config_.server + ": unclosed [");
+    host = url.substr(1, close - 1);
+    if (close + 1 < url.size() && url[close + 1] == ':') port = url.substr(close + 2);
+  } else if (const auto colon = url.rfind(':'); colon != std::string_view::npos) {
+    host = url.substr(0, colon);
+    port = url.substr(colon + 1);
+  }
+  if (!port.empty()) {
+    int p = 0;
+    for (const char ch : port) {
+      if (std::isdigit(static_cast<unsigned char>(ch)) == 0 || p > 65535) {
+        p = -1;
+        break;
+      }
+      p = p * 10 + (ch - '0');
+    }
+    if (p <= 0 || p > 65535)
+      return InvalidArgument("kube client: server " + c->config_.server + ": bad port");
+    c->port_ = p;
+  }
+  if (host.empty())
+    return InvalidArgument("kube client: server " + c->config_.server + ": no host");
+  c->host_ = std::string(host);
+  // Files are checked here once to fail early with their name; they are read
+  // again for each new pooled connection (a rotated CA is picked up).
   for (const auto& [path, what] :
        {std::pair<const std::string&, const char*>{c->config_.ca_file, "CA file"},
         {c->config_.client_cert_file, "client certificate"},
@@ -220,19 +258,86 @@ Result<std::string> Client::CurrentToken() const {
   return token;
 }
 
+std::unique_ptr<Client::Handle> Client::NewHandle(std::chrono::milliseconds read_timeout) const {
+  auto h = std::make_unique<Handle>();
+  const Config& cfg = config_;
+  if (!tls_) {
+    h->http = std::make_unique<httplib::ClientImpl>(host_, port_);
+  } else {
+    auto cert = PemText(cfg.client_cert_pem, cfg.client_cert_file, "client certificate");
+    auto key = PemText(cfg.client_key_pem, cfg.client_key_file, "client key");
+    for (const auto* r : {&cert, &key}) {
+      if (!r->ok()) {
+        h->error = r->status().message();
+        return h;
+      }
+    }
+    std::unique_ptr<httplib::SSLClient> ssl;
+    if (!cert->empty() || !key->empty()) {
+      X509* x = nullptr;
+      EVP_PKEY* k = nullptr;
+      if (BIO* b = BIO_new_mem_buf(cert->data(), static_cast<int>(cert->size()))) {
+        x = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
+        BIO_free(b);
+      }
+      if (BIO* b = BIO_new_mem_buf(key->data(), static_cast<int>(key->size()))) {
+        k = PEM_read_bio_PrivateKey(b, nullptr, nullptr, nullptr);
+        BIO_free(b);
+      }
+      if (x == nullptr || k == nullptr) {
+        h->error = x == nullptr ? "client certificate is not PEM" : "client key is not PEM";
+      } else {
+        ssl = std::make_unique<httplib::SSLClient>(host_, port_, x,
+                                                   k);  // the SSL_CTX takes references
+      }
+      X509_free(x);
+      EVP_PKEY_free(k);
+      if (ssl == nullptr) return h;
+    } else {
+      ssl = std::make_unique<httplib::SSLClient>(host_, port_);
+    }
+    if (!ssl->is_valid()) {
+      h->error = "TLS context could not be made (client certificate and key do not match?)";
+      return h;
+    }
+    // Only the configured CA is trusted: httplib falls back to OpenSSL's
+    // default paths (the system bundle, ~140 certificates loaded into each
+    // TLS context, ~1 MiB of heap apiece) only when it is given no file or
+    // directory.
+    if (!cfg.ca_pem.empty()) {
+      X509_STORE* store = StoreFromPem(cfg.ca_pem);
+      if (store == nullptr) {
+        h->error = "CA data (certificate-authority-data) holds no PEM certificate";
+        return h;
+      }
+      ssl->set_ca_cert_store(store);  // owned by the SSL_CTX now
+      // A directory that does not exist: a lookup there finds nothing, and it
+      // keeps httplib from adding the default paths to the store above.
+      ssl->set_ca_cert_path("", "/nonexistent/danqing-kube-ca-data-only");
+    } else if (!cfg.ca_file.empty()) {
+      ssl->set_ca_cert_path(cfg.ca_file);  // read at this connection's first handshake
+    }
+    ssl->enable_server_certificate_verification(!cfg.insecure_skip_tls_verify);
+    h->http = std::move(ssl);
+  }
+  h->http->set_connection_timeout(cfg.connect_timeout);
+  h->http->set_read_timeout(read_timeout);
+  h->http->set_write_timeout(cfg.request_timeout);
+  h->http->set_keep_alive(true);
+  h->http->set_decompress(false);
+  return h;
+}
+
 std::unique_ptr<Client::Handle> Client::TakeHandle() {
   {
     std::lock_guard lock(pool_mu_);
     if (!pool_.empty()) {
       auto h = std::move(pool_.back());
       pool_.pop_back();
-      Curl().easy_reset(h->curl);  // options cleared; the connection is kept
       return h;
     }
   }
-  auto h = std::make_unique<Handle>();
-  h->curl = Curl().easy_init();
-  return h;
+  return NewHandle(config_.request_timeout);
 }
 
 void Client::ReturnHandle(std::unique_ptr<Handle> h) {
@@ -242,127 +347,69 @@ void Client::ReturnHandle(std::unique_ptr<Handle> h) {
 
 namespace {
 
-struct CommonSetup {
-  curl_slist* headers = nullptr;
-  std::string auth;
-  ~CommonSetup() {
-    if (headers != nullptr) Curl().slist_free_all(headers);
-  }
-};
-
-void SetTls(CURL* c, const Config& cfg, const std::string& ca_pem, const std::string& cert_pem,
-            const std::string& key_pem) {
-  Curl().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  Curl().easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
-  Curl().easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(cfg.connect_timeout.count()));
-  Curl().easy_setopt(c, CURLOPT_USERAGENT, cfg.user_agent.c_str());
-  Curl().easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-  if (cfg.insecure_skip_tls_verify) {
-    Curl().easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-    Curl().easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
-  } else {
-    Curl().easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-    Curl().easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-  }
-  if (!ca_pem.empty()) {
-    curl_blob blob{const_cast<char*>(ca_pem.data()), ca_pem.size(), CURL_BLOB_COPY};
-    Curl().easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
-  } else if (!cfg.ca_file.empty()) {
-    Curl().easy_setopt(c, CURLOPT_CAINFO, cfg.ca_file.c_str());
-  }
-  if (!cert_pem.empty()) {
-    curl_blob blob{const_cast<char*>(cert_pem.data()), cert_pem.size(), CURL_BLOB_COPY};
-    Curl().easy_setopt(c, CURLOPT_SSLCERT_BLOB, &blob);
-  } else if (!cfg.client_cert_file.empty()) {
-    Curl().easy_setopt(c, CURLOPT_SSLCERT, cfg.client_cert_file.c_str());
-  }
-  if (!key_pem.empty()) {
-    curl_blob blob{const_cast<char*>(key_pem.data()), key_pem.size(), CURL_BLOB_COPY};
-    Curl().easy_setopt(c, CURLOPT_SSLKEY_BLOB, &blob);
-  } else if (!cfg.client_key_file.empty()) {
-    Curl().easy_setopt(c, CURLOPT_SSLKEY, cfg.client_key_file.c_str());
-  }
+httplib::Headers BaseHeaders(const Config& cfg, const std::string& token) {
+  httplib::Headers headers{{"Accept", "application/json"}, {"User-Agent", cfg.user_agent}};
+  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  return headers;
 }
 
 }  // namespace
 
 Expected<Json> Client::Request(const char* verb, const std::string& path, const Query& query,
                                const Json* body) {
+  auto fail = [&](std::string reason, std::string message) {
+    ApiError e;
+    e.reason = std::move(reason);
+    e.message = std::move(message);
+    e.verb = verb;
+    e.path = path;
+    return e;
+  };
   auto token = CurrentToken();
-  if (!token.ok()) {
-    ApiError e;
-    e.reason = "TokenUnreadable";
-    e.message = token.status().message();
-    e.verb = verb;
-    e.path = path;
-    return e;
-  }
+  if (!token.ok()) return fail("TokenUnreadable", token.status().message());
   auto h = TakeHandle();
-  if (h->curl == nullptr) {
-    ApiError e;
-    e.reason = "TransportError";
-    e.message = "curl_easy_init failed";
-    e.verb = verb;
-    e.path = path;
-    return e;
-  }
-  CURL* c = h->curl;
-  const std::string url = config_.server + path + EncodeQuery(query);
-  SetTls(c, config_, ca_pem_, cert_pem_, key_pem_);
-  Curl().easy_setopt(c, CURLOPT_URL, url.c_str());
-  Curl().easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
-  CommonSetup s;
-  s.headers = Curl().slist_append(s.headers, "Accept: application/json");
-  if (!token->empty()) {
-    s.auth = "Authorization: Bearer " + *token;
-    s.headers = Curl().slist_append(s.headers, s.auth.c_str());
-  }
-  std::string payload;
-  if (body != nullptr) {
-    payload = body->dump();
-    s.headers = Curl().slist_append(s.headers, "Content-Type: application/json");
-    // No "Expect: 100-continue" (curl adds it to bodies over 1 KiB): one
-    // round trip less per write; the body is small and always wanted.
-    s.headers = Curl().slist_append(s.headers, "Expect:");
-    Curl().easy_setopt(c, CURLOPT_POSTFIELDS, payload.data());
-    Curl().easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(payload.size()));
-  }
-  if (std::strcmp(verb, "GET") == 0) {
-    Curl().easy_setopt(c, CURLOPT_HTTPGET, 1L);
-  } else {
-    Curl().easy_setopt(c, CURLOPT_CUSTOMREQUEST, verb);
-  }
-  Curl().easy_setopt(c, CURLOPT_HTTPHEADER, s.headers);
-  Body out;
-  out.limit = config_.max_response_bytes;
-  Curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, &WriteBody);
-  Curl().easy_setopt(c, CURLOPT_WRITEDATA, &out);
-  char errbuf[CURL_ERROR_SIZE] = {0};
-  Curl().easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+  if (h->http == nullptr) return fail("TLSError", h->error);
 
-  const CURLcode rc = Curl().easy_perform(c);
-  Curl().easy_setopt(c, CURLOPT_ERRORBUFFER, nullptr);
-  long http = 0;
-  Curl().easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
-  if (rc != CURLE_OK) {
-    ApiError e = Transport(rc, errbuf, verb, path);
-    if (out.too_large) {
-      e.reason = "TooLarge";
-      e.message = "response body larger than " + std::to_string(out.limit) + " bytes";
+  httplib::Request req;
+  req.method = verb;
+  req.path = prefix_ + path + EncodeQuery(query);
+  req.headers = BaseHeaders(config_, *token);
+  if (body != nullptr) {
+    req.body = body->dump();
+    req.headers.emplace("Content-Type", "application/json");
+  }
+  const auto deadline = std::chrono::steady_clock::now() + config_.request_timeout;
+  std::string out;
+  bool too_large = false;
+  bool late = false;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (out.size() + n > config_.max_response_bytes) {
+      too_large = true;
+      return false;
     }
-    return e;  // the handle is dropped with its (broken) connection
+    if (std::chrono::steady_clock::now() > deadline) {
+      late = true;
+      return false;
+    }
+    out.append(data, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  const bool sent = h->http->send(req, res, err);
+  if (!sent || err != httplib::Error::Success) {
+    if (too_large) {
+      return fail("TooLarge", "response body larger than " +
+                                  std::to_string(config_.max_response_bytes) + " bytes");
+    }
+    const bool timed_out = late || std::chrono::steady_clock::now() >= deadline;
+    return Transport(err, timed_out, verb, path);  // the handle is dropped with its connection
   }
   ReturnHandle(std::move(h));
-  if (http < 200 || http > 299) return FromStatusBody(http, out.data, verb, path);
-  Json j = Json::parse(out.data, nullptr, /*allow_exceptions=*/false);
+  if (res.status < 200 || res.status > 299) return FromStatusBody(res.status, out, verb, path);
+  Json j = Json::parse(out, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    ApiError e;
-    e.http_status = 0;
-    e.reason = "BadResponse";
-    e.message = "HTTP " + std::to_string(http) + " body is not JSON";
-    e.verb = verb;
-    e.path = path;
-    return e;
+    return fail("BadResponse", "HTTP " + std::to_string(res.status) + " body is not JSON");
   }
   return j;
 }
@@ -390,16 +437,12 @@ Expected<Json> Client::Delete(const std::string& path, const std::string& resour
 namespace {
 
 struct WatchState {
-  CURL* curl = nullptr;
   const std::function<bool(const WatchEvent&)>* on_event = nullptr;
   std::size_t limit = 0;
   std::string line;
-  long http = 0;         // known once the first body byte came
-  std::string err_body;  // a non-2xx answer's body
   bool stopped = false;  // the callback ended the watch
   bool too_large = false;
   std::string bad;  // a line that is not a JSON event
-  std::chrono::steady_clock::time_point last_byte;
 };
 
 bool HandleLine(WatchState& w, const std::string& line) {
@@ -419,41 +462,29 @@ bool HandleLine(WatchState& w, const std::string& line) {
   return true;
 }
 
-size_t WriteWatch(char* ptr, size_t size, size_t n, void* user) {
-  auto* w = static_cast<WatchState*>(user);
-  const size_t len = size * n;
-  w->last_byte = std::chrono::steady_clock::now();
-  if (w->http == 0) Curl().easy_getinfo(w->curl, CURLINFO_RESPONSE_CODE, &w->http);
-  if (w->http < 200 || w->http > 299) {
-    if (w->err_body.size() + len > w->limit) {
-      w->too_large = true;
-      return 0;
-    }
-    w->err_body.append(ptr, len);
-    return len;
-  }
-  std::string_view data(ptr, len);
+// Splits the 2xx stream into lines; false ends the transfer.
+bool FeedWatch(WatchState& w, std::string_view data) {
   while (!data.empty()) {
     const auto nl = data.find('\n');
     if (nl == std::string_view::npos) {
-      if (w->line.size() + data.size() > w->limit) {
-        w->too_large = true;
-        return 0;
+      if (w.line.size() + data.size() > w.limit) {
+        w.too_large = true;
+        return false;
       }
-      w->line.append(data);
+      w.line.append(data);
       break;
     }
-    if (w->line.size() + nl > w->limit) {
-      w->too_large = true;
-      return 0;
+    if (w.line.size() + nl > w.limit) {
+      w.too_large = true;
+      return false;
     }
-    w->line.append(data.substr(0, nl));
+    w.line.append(data.substr(0, nl));
     data.remove_prefix(nl + 1);
-    std::string line = std::move(w->line);
-    w->line.clear();
-    if (!HandleLine(*w, line)) return 0;
+    std::string line = std::move(w.line);
+    w.line.clear();
+    if (!HandleLine(w, line)) return false;
   }
-  return len;
+  return true;
 }
 
 }  // namespace
@@ -473,65 +504,69 @@ Expected<bool> Client::Watch(const std::string& path, Query query,
   auto token = CurrentToken();
   if (!token.ok()) return fail("TokenUnreadable", token.status().message());
   query.insert(query.begin(), {"watch", "1"});
-  const std::string url = config_.server + path + EncodeQuery(query);
+  // Its own connection: no read timeout of its own (the monitor below ends
+  // an idle or cancelled watch by shutting the socket down).
+  auto h = NewHandle(std::chrono::hours(24));
+  if (h->http == nullptr) return fail("TLSError", h->error);
 
-  CURL* c = Curl().easy_init();
-  CURLM* m = Curl().multi_init();
-  if (c == nullptr || m == nullptr) {
-    if (c != nullptr) Curl().easy_cleanup(c);
-    if (m != nullptr) Curl().multi_cleanup(m);
-    return fail("TransportError", "curl init failed");
-  }
-  SetTls(c, config_, ca_pem_, cert_pem_, key_pem_);
-  Curl().easy_setopt(c, CURLOPT_URL, url.c_str());
-  CommonSetup s;
-  s.headers = Curl().slist_append(s.headers, "Accept: application/json");
-  if (!token->empty()) {
-    s.auth = "Authorization: Bearer " + *token;
-    s.headers = Curl().slist_append(s.headers, s.auth.c_str());
-  }
-  Curl().easy_setopt(c, CURLOPT_HTTPHEADER, s.headers);
+  httplib::Request req;
+  req.method = "GET";
+  req.path = prefix_ + path + EncodeQuery(query);
+  req.headers = BaseHeaders(config_, *token);
   WatchState w;
-  w.curl = c;
   w.on_event = &on_event;
   w.limit = config_.max_response_bytes;
-  w.last_byte = std::chrono::steady_clock::now();
-  Curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, &WriteWatch);
-  Curl().easy_setopt(c, CURLOPT_WRITEDATA, &w);
-  char errbuf[CURL_ERROR_SIZE] = {0};
-  Curl().easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-  Curl().multi_add_handle(m, c);
+  std::string err_body;
+  int status = 0;
+  std::mutex mu;
+  auto last_byte = std::chrono::steady_clock::now();
+  req.response_handler = [&](const httplib::Response& r) {
+    status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    {
+      std::lock_guard lock(mu);
+      last_byte = std::chrono::steady_clock::now();
+    }
+    if (status < 200 || status > 299) {
+      if (err_body.size() + n > w.limit) {
+        w.too_large = true;
+        return false;
+      }
+      err_body.append(data, n);
+      return true;
+    }
+    return FeedWatch(w, std::string_view(data, n));
+  };
 
-  CURLcode result = CURLE_OK;
-  bool cancelled = false;
-  bool idle = false;
-  int running = 1;
-  while (running > 0) {
-    Curl().multi_perform(m, &running);
-    int msgs = 0;
-    while (CURLMsg* msg = Curl().multi_info_read(m, &msgs)) {
-      if (msg->msg == CURLMSG_DONE) result = msg->data.result;
+  std::atomic<bool> done{false};
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> idle{false};
+  std::thread monitor([&] {
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      if (done.load()) break;
+      if (options.cancel != nullptr && options.cancel->load()) {
+        cancelled = true;
+      } else if (options.idle_timeout.count() > 0) {
+        std::lock_guard lock(mu);
+        if (std::chrono::steady_clock::now() - last_byte > options.idle_timeout) idle = true;
+      }
+      if (cancelled.load() || idle.load()) {
+        h->http->stop();  // shuts the socket down: the blocked read returns
+        break;
+      }
     }
-    if (running == 0) break;
-    if (options.cancel != nullptr && options.cancel->load()) {
-      cancelled = true;
-      break;
-    }
-    if (options.idle_timeout.count() > 0 &&
-        std::chrono::steady_clock::now() - w.last_byte > options.idle_timeout) {
-      idle = true;
-      break;
-    }
-    Curl().multi_poll(m, nullptr, 0, 50, nullptr);
-  }
-  long http = w.http;
-  if (http == 0) Curl().easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
-  Curl().multi_remove_handle(m, c);
-  Curl().easy_cleanup(c);
-  Curl().multi_cleanup(m);
+  });
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  const bool sent = h->http->send(req, res, err);
+  done = true;
+  monitor.join();
 
-  if (cancelled || w.stopped) return true;
-  if (idle)
+  if (cancelled.load() || w.stopped) return true;
+  if (idle.load())
     return fail("Timeout",
                 "no data on the watch for " + std::to_string(options.idle_timeout.count()) + " ms");
   if (w.too_large) {
@@ -539,11 +574,9 @@ Expected<bool> Client::Watch(const std::string& path, Query query,
                 "watch line or error body larger than " + std::to_string(w.limit) + " bytes");
   }
   if (!w.bad.empty()) return fail("BadResponse", "watch line is not a JSON event: " + w.bad);
-  if (result != CURLE_OK) return Transport(result, errbuf, "WATCH", path);
-  if (http < 200 || http > 299) {
-    ApiError e = FromStatusBody(http, w.err_body, "WATCH", path);
-    return e;
-  }
+  if (!sent || err != httplib::Error::Success) return Transport(err, false, "WATCH", path);
+  if (res.status < 200 || res.status > 299)
+    return FromStatusBody(res.status, err_body, "WATCH", path);
   if (!w.line.empty()) {  // a last event without its newline
     if (!HandleLine(w, w.line) && !w.bad.empty()) {
       return fail("BadResponse", "watch line is not a JSON event: " + w.bad);

@@ -1,4 +1,7 @@
-// Client: a small Kubernetes API client over libcurl (HTTPS, OpenSSL).
+// Client: a small Kubernetes API client over cpp-httplib's HTTP/1.1 client
+// (HTTPS through OpenSSL; the agent links both already for /metrics, so the
+// API client adds no shared library: docs/benchmarks.md, "DRA through the
+// wired agent").
 //
 // What the node agent needs from the API server and no more: JSON requests to
 // REST paths (get, list, create, update, delete) and watch streams (one JSON
@@ -14,11 +17,16 @@
 //
 // Bounds: a response body larger than Config::max_response_bytes, or a watch
 // line longer than it, is refused (RESOURCE_EXHAUSTED) and the connection
-// dropped; every request has a connect timeout and an overall timeout (a watch
-// has its own, and is cancellable at any time).
+// dropped; every request has a connect timeout and a request timeout (a watch
+// has its own idle timeout, and is cancellable at any time). The request
+// timeout bounds each wait for the server and the body's arrival as a whole;
+// a server trickling its status line and headers a byte at a time could
+// stretch it (cpp-httplib 0.11 has no deadline for the whole exchange).
 //
 // Thread-safety: Client is safe to use from several threads at once; each
-// call takes a pooled curl handle (connections are reused) or makes one.
+// call takes a pooled connection (kept alive and reused) or makes one; a
+// watch has its own connection and a small thread that ends it when
+// cancelled or idle.
 #pragma once
 
 #include <atomic>
@@ -47,7 +55,7 @@ struct ApiError {
   std::string reason;   // the Status object's reason ("Conflict"), or a transport reason
                         // ("Timeout", "ConnectionFailed", "TLSError", "TooLarge", "BadResponse",
                         // "TokenUnreadable")
-  std::string message;  // the Status message, or curl's error text
+  std::string message;  // the Status message, or the transport's error text
   std::string verb;     // "GET", "PUT", ... (context for logs)
   std::string path;
 
@@ -149,13 +157,17 @@ class Client {
  private:
   explicit Client(Config config);
   struct Handle;
+  std::unique_ptr<Handle> NewHandle(std::chrono::milliseconds read_timeout) const;
   std::unique_ptr<Handle> TakeHandle();
   void ReturnHandle(std::unique_ptr<Handle> h);
   Expected<Json> Request(const char* verb, const std::string& path, const Query& query,
                          const Json* body);
 
   Config config_;
-  std::string ca_pem_, cert_pem_, key_pem_;  // blobs handed to curl
+  bool tls_ = false;  // https://
+  std::string host_;  // from config_.server
+  int port_ = 0;
+  std::string prefix_;  // the server URL's path ("" or "/k8s/clusters/c1"), before every path
   std::mutex pool_mu_;
   std::vector<std::unique_ptr<Handle>> pool_;  // guarded by pool_mu_
 };

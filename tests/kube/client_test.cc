@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/read_file.h"
 #include "kube/config.h"
 #include "testing/apiserver/apiserver_emulator.h"
 #include "testing/support/temp_dir.h"
@@ -188,6 +189,57 @@ TEST_F(ClientTest, ServerCertificateIsVerifiedAgainstTheCa) {
   auto ok = Client::Create(cfg);
   ASSERT_TRUE(ok.ok());
   EXPECT_TRUE((*ok)->Get(kSlices).ok());
+}
+
+// A client certificate is loaded into the TLS context, from files or PEM
+// text; one that cannot be loaded is a TLSError naming it, nothing sent.
+// (The emulator does not ask for a client certificate, so the handshake with
+// it is not checked here: docs/dra.md, "Not done here".)
+TEST_F(ClientTest, ClientCertificateIsLoadedOrRefusedByName) {
+  kube::Config cfg = fx_->client->config();
+  cfg.client_cert_file = fx_->pki.client_cert;
+  cfg.client_key_file = fx_->pki.client_key;
+  auto files = Client::Create(cfg);
+  ASSERT_TRUE(files.ok());
+  auto r = (*files)->Get(kSlices);
+  EXPECT_TRUE(r.ok()) << r.error().ToString();
+
+  auto cert_pem_r = ReadRegularFile(fx_->pki.client_cert, 1 << 20);
+  auto key_pem_r = ReadRegularFile(fx_->pki.client_key, 1 << 20);
+  ASSERT_TRUE(cert_pem_r.ok() && key_pem_r.ok());
+  const std::string cert_pem = *cert_pem_r;
+  const std::string key_pem = *key_pem_r;
+  cfg.client_cert_file.clear();
+  cfg.client_key_file.clear();
+  cfg.client_cert_pem = cert_pem;
+  cfg.client_key_pem = key_pem;
+  auto pem = Client::Create(cfg);
+  ASSERT_TRUE(pem.ok());
+  r = (*pem)->Get(kSlices);
+  EXPECT_TRUE(r.ok()) << r.error().ToString();
+
+  const auto before = fx_->server->Counts()["LIST resourceslices"];
+  cfg.client_cert_pem = "not a certificate";
+  auto bad = Client::Create(cfg);
+  ASSERT_TRUE(bad.ok());
+  r = (*bad)->Get(kSlices);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().reason, "TLSError");
+  EXPECT_NE(r.error().message.find("client certificate"), std::string::npos) << r.error().message;
+
+  // A key that is not the certificate's.
+  auto other = testing::MakeTestPki(dir_.path(), "other-");
+  ASSERT_TRUE(other.ok());
+  auto other_key = ReadRegularFile(other->client_key, 1 << 20);
+  ASSERT_TRUE(other_key.ok());
+  cfg.client_cert_pem = cert_pem;
+  cfg.client_key_pem = *other_key;
+  auto mismatched = Client::Create(cfg);
+  ASSERT_TRUE(mismatched.ok());
+  r = (*mismatched)->Get(kSlices);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().reason, "TLSError");
+  EXPECT_EQ(fx_->server->Counts()["LIST resourceslices"], before);
 }
 
 TEST_F(ClientTest, TokenFileIsReadBeforeEveryRequest) {

@@ -3,9 +3,17 @@
 // for one core), at the presets the service may use; and the bytes the page
 // needs for its animation (background JPEG + write-time plane PNG, beside
 // the final JPEG it shows anyway) against the MP4 of the same clip.
+//
+// Frame composition (the encoder's input, EncodeResult::compose_seconds) of
+// the same 240 frames: on the CPU, on the CUDA composer (a row only where a
+// GPU is visible), and on the CUDA composer's kernel under the host emulation
+// of the CUDA runtime (testing/cuda-host; where tests are built): the
+// emulation runs every GPU thread one after another on one CPU core, so its
+// time says nothing about a GPU, only that the path works end to end.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +23,9 @@
 #include "image/png16.h"
 #include "render/renderer.h"
 #include "video/writing_video.h"
+#ifdef DANQING_VIDEO_BENCH_EMULATION
+#include "testing/cuda-host/emulated_video_compose.h"
+#endif
 
 namespace {
 
@@ -88,6 +99,64 @@ void BM_Video1080p30x8sVeryfast(benchmark::State& s) {
 void BM_Video1080p30x8sSuperfast(benchmark::State& s) {
   Encode(s, "superfast");
 }
+// 240 frames composed (and encoded with libx264 ultrafast, not counted):
+// compose_ms is the whole clip's composition, per_frame_ms one frame's.
+void Compose(benchmark::State& state, video::DeviceComposerFactory device) {
+  const Clip& c = Shared();
+  video::ClipOptions clip;
+  clip.fps = 30;
+  clip.seconds = 8;
+  clip.preset = "ultrafast";
+  clip.threads = 1;
+  clip.encoder = "libx264";
+  clip.device_composer = device;
+  const video::WritingFrames frames{&c.final_image,         &c.writing.background,
+                                    c.writing.ms.data(),    c.writing.plane_width,
+                                    c.writing.plane_height, c.writing.end_ms};
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("danqing-video-bench-" + std::to_string(::getpid()) + ".mp4"))
+                               .string();
+  double compose = 0;
+  int frames_n = 0;
+  for (auto _ : state) {
+    auto r = video::EncodeWritingMp4(frames, clip, path);
+    if (!r.ok()) {
+      state.SkipWithError(r.status().ToString().c_str());
+      return;
+    }
+    if (device != nullptr && r->composer != "cuda") {
+      state.SkipWithError(("no device composer: " + r->compose_fallback).c_str());
+      return;
+    }
+    compose += r->compose_seconds;
+    frames_n = r->frames;
+  }
+  std::filesystem::remove(path);
+  const double n = static_cast<double>(state.iterations());
+  state.counters["compose_ms"] = compose * 1000.0 / n;
+  state.counters["per_frame_ms"] = compose * 1000.0 / n / std::max(1, frames_n);
+}
+void BM_Compose1080p240FramesCpu(benchmark::State& s) {
+  Compose(s, nullptr);
+}
+void BM_Compose1080p240FramesCuda(benchmark::State& s) {
+  Compose(s, video::DANQING_VIDEO_CUDA_NS::MakeCudaComposer);  // the build's, not the emulation's
+}
+BENCHMARK(BM_Compose1080p240FramesCpu)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+BENCHMARK(BM_Compose1080p240FramesCuda)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
+#ifdef DANQING_VIDEO_BENCH_EMULATION
+void BM_Compose1080p240FramesEmulatedCudaNotAGpuFigure(benchmark::State& s) {
+  Compose(s, video::cuda_host_emulation::MakeCudaComposer);
+}
+BENCHMARK(BM_Compose1080p240FramesEmulatedCudaNotAGpuFigure)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
+#endif
+
 BENCHMARK(BM_Video1080p30x8sVeryfast)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 BENCHMARK(BM_Video1080p30x8sSuperfast)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 

@@ -68,16 +68,21 @@ void WriteWriting(const RenderArgs& a, const danqing::video::ClipOptions& clip,
   if (!a.video.empty()) {
     video::ClipOptions c = clip;
     c.prefer_nvenc = backend == "cuda";
+    // The CUDA backend: frames composed on the GPU (the CPU after a CUDA error).
+    if (backend == "cuda") c.device_composer = video::MakeCudaComposer;
     auto v = video::EncodeWritingMp4(frames, c, a.video);
     if (!v.ok())
       Fail("--video: " + v.status().ToString(),
            v.status().code() == StatusCode::kInvalidArgument ? 2 : 1);
     std::printf(
-        "%s: %dx%d, %d frames at %d fps, %llu bytes (%.0f kbit/s), %s%s%s, encoded in %.2f s\n",
+        "%s: %dx%d, %d frames at %d fps, %llu bytes (%.0f kbit/s), %s%s%s, encoded in %.2f s "
+        "(frames composed on the %s in %.3f s%s%s)\n",
         a.video.c_str(), v->width, v->height, v->frames, c.fps,
         static_cast<unsigned long long>(v->bytes),
         static_cast<double>(v->bytes) * 8.0 / 1000.0 / c.seconds, v->encoder.c_str(),
-        v->fallback.empty() ? "" : ", NVENC not used: ", v->fallback.c_str(), v->encode_seconds);
+        v->fallback.empty() ? "" : ", NVENC not used: ", v->fallback.c_str(), v->encode_seconds,
+        v->composer == "cuda" ? "GPU" : "CPU", v->compose_seconds,
+        v->compose_fallback.empty() ? "" : "; GPU composer failed: ", v->compose_fallback.c_str());
   }
 }
 

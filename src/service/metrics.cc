@@ -189,7 +189,16 @@ Metrics::Metrics()
           "danqing_video_nvenc_fallbacks_total",
           "Videos that asked for h264_nvenc (a GPU in use) and were encoded with libx264 "
           "because NVENC did not open (no NVENC on the GPU, e.g. Hopper H100/H200, or no "
-          "driver).") {}
+          "driver)."),
+      video_compose_seconds(
+          "danqing_video_compose_seconds",
+          "Time to compose a video's frames (the encoder's input, part of the encode time), by "
+          "the composer of its last frame: cuda (on the GPU, with the CUDA render backend) or cpu.",
+          "composer", {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10}),
+      video_compose_fallbacks(
+          "danqing_video_compose_fallbacks_total",
+          "Videos whose frames were to be composed on the GPU (CUDA render backend) and were, "
+          "from the start or from a frame on, composed on the CPU after a CUDA error (logged).") {}
 
 std::string Metrics::Render() const {
   std::string out;
@@ -204,6 +213,8 @@ std::string Metrics::Render() const {
   videos.Write(&out);
   video_bytes.Write(&out);
   video_nvenc_fallbacks.Write(&out);
+  video_compose_seconds.Write(&out);
+  video_compose_fallbacks.Write(&out);
   const auto gauge = [&](const char* name, const char* help, int64_t v) {
     Header(&out, name, help, "gauge");
     out += std::string(name) + " " + std::to_string(v) + "\n";

@@ -116,6 +116,8 @@ struct Metrics {
   LabeledCounter videos;                 // danqing_videos_total{encoder,result}
   LabeledCounter video_bytes;            // danqing_video_bytes_total{encoder}
   LabeledCounter video_nvenc_fallbacks;  // danqing_video_nvenc_fallbacks_total{reason}
+  Histogram video_compose_seconds;       // danqing_video_compose_seconds{composer}
+  LabeledCounter video_compose_fallbacks;  // danqing_video_compose_fallbacks_total{composer}
 
   // One stage of an inscription: its histogram and its busy seconds.
   void ObserveStage(const std::string& stage, double seconds);

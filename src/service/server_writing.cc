@@ -150,6 +150,9 @@ void Server::WritingRoutes(http::BoundedServer& s) {
       metrics_->video_nvenc_fallbacks.Add("reason=\"no_nvenc\"");
     }
     clip.fail_after_frames = options_.video_fail_after_frames;
+    // With the CUDA backend in this process, the frames are composed on the
+    // GPU (video/compose.h), on the CPU after a CUDA error (counted below).
+    if (pipeline_->renderer().Backend() == "cuda") clip.device_composer = video::MakeCudaComposer;
     if (Status st = video::CheckClipOptions(clip); !st.ok()) {
       metrics_->videos.Add("encoder=\"none\",result=\"bad_request\"");
       return Fail(res, 400, st.message());
@@ -225,6 +228,8 @@ void Server::WritingRoutes(http::BoundedServer& s) {
       }
       const video::EncodeResult& info = job->info;
       if (!info.fallback.empty()) metrics_->video_nvenc_fallbacks.Add("reason=\"open_failed\"");
+      if (clip.device_composer != nullptr && !info.compose_fallback.empty())
+        metrics_->video_compose_fallbacks.Add("composer=\"cuda\"");
       if (!job->result.ok()) {
         const Status& st = job->result.status();
         const std::string enc = info.encoder.empty() ? "none" : info.encoder;
@@ -235,6 +240,7 @@ void Server::WritingRoutes(http::BoundedServer& s) {
       }
       metrics_->videos.Add("encoder=\"" + info.encoder + "\",result=\"ok\"");
       metrics_->video_seconds.Observe(info.encoder, info.encode_seconds);
+      metrics_->video_compose_seconds.Observe(info.composer, info.compose_seconds);
       metrics_->video_bytes.Add("encoder=\"" + info.encoder + "\"", info.bytes);
       mp4 = std::make_shared<const std::string>(std::move(job->result).value());
       std::lock_guard<std::mutex> cache_lock(stored->videos->mu);

@@ -56,10 +56,9 @@ NvencSupport GpuNvenc(const std::string& gpu_name, int cc_major, int cc_minor) {
 }
 namespace {
 
-constexpr uint16_t kNever = 0xFFFF;
-// The wet sheen: freshly laid ink, darker and a little blue, fading in kSheenMs.
-constexpr float kSheenRgb[3] = {10.0f, 12.0f, 22.0f};
-constexpr float kSheenStrength = 0.35f;
+using rule::kNever;
+using rule::kSheenRgb;
+using rule::kSheenStrength;
 
 std::string AvError(int err) {
   char buf[AV_ERROR_MAX_STRING_SIZE] = {};
@@ -148,6 +147,144 @@ Status ToYuv(const image::Image& img, int w, int h, Yuv* out) {
     std::memcpy(out->v.data() + to, pv.data() + from, static_cast<size_t>(w / 2));
   }
   return Status::Ok();
+}
+
+// The sheen colour in the frames' YUV (BT.601 limited range).
+void SheenYuv(float out[3]) {
+  const float* c = kSheenRgb;
+  out[0] = 16.0f + (65.481f * c[0] + 128.553f * c[1] + 24.966f * c[2]) / 255.0f;
+  out[1] = 128.0f + (-37.797f * c[0] - 74.203f * c[1] + 112.0f * c[2]) / 255.0f;
+  out[2] = 128.0f + (112.0f * c[0] - 93.786f * c[1] - 18.214f * c[2]) / 255.0f;
+}
+
+ComposeInputs Inputs(const WritingFrames& f, const Yuv& fin, const Yuv& bg) {
+  ComposeInputs in;
+  in.w = fin.w;
+  in.h = fin.h;
+  in.fin[0] = fin.y.data();
+  in.fin[1] = fin.u.data();
+  in.fin[2] = fin.v.data();
+  in.bg[0] = bg.y.data();
+  in.bg[1] = bg.u.data();
+  in.bg[2] = bg.v.data();
+  in.ms = f.ms;
+  in.ms_stride = f.ww;
+  SheenYuv(in.sheen);
+  return in;
+}
+
+// The CPU composer: keeps the previous frame and rewrites only the blocks
+// whose state changed (compose.h's rule, block by block in writing order).
+class CpuComposer final : public FrameComposer {
+ public:
+  explicit CpuComposer(const ComposeInputs& in) : in_(in), bw_(in.w / 2), bh_(in.h / 2) {
+    cur_[0].assign(in.fin[0], in.fin[0] + static_cast<size_t>(in.w) * static_cast<size_t>(in.h));
+    for (int k = 1; k < 3; ++k)
+      cur_[k].assign(in.fin[k], in.fin[k] + static_cast<size_t>(bw_) * static_cast<size_t>(bh_));
+    // Blocks with a time, in writing order; the rest show the final image throughout.
+    order_.reserve(static_cast<size_t>(bw_) * static_cast<size_t>(bh_));
+    for (int by = 0; by < bh_; ++by) {
+      for (int bx = 0; bx < bw_; ++bx) {
+        const uint32_t b =
+            static_cast<uint32_t>(by) * static_cast<uint32_t>(bw_) + static_cast<uint32_t>(bx);
+        if (BlockTime(b) != kNever) order_.push_back(b);
+      }
+    }
+    std::stable_sort(order_.begin(), order_.end(),
+                     [&](uint32_t a, uint32_t b) { return BlockTime(a) < BlockTime(b); });
+    for (uint32_t b : order_) Put(b, in_.bg);  // every timed block starts as background
+  }
+
+  Status Frame(uint32_t t, uint8_t* const* dst, const int* stride) override {
+    while (written_ < order_.size() && BlockTime(order_[written_]) <= t) ++written_;
+    while (dry_ < written_ && rule::StateAt(BlockTime(order_[dry_]), t) == rule::kFinal)
+      Put(order_[dry_++], in_.fin);
+    for (size_t k = dry_; k < written_; ++k) Wet(order_[k], t);
+    const int widths[3] = {in_.w, bw_, bw_}, heights[3] = {in_.h, bh_, bh_};
+    for (int k = 0; k < 3; ++k) {
+      for (int y = 0; y < heights[k]; ++y) {
+        std::copy_n(cur_[k].data() + static_cast<size_t>(y) * static_cast<size_t>(widths[k]),
+                    widths[k], dst[k] + static_cast<ptrdiff_t>(y) * stride[k]);
+      }
+    }
+    return Status::Ok();
+  }
+  const char* name() const override { return "cpu"; }
+
+ private:
+  uint16_t BlockTime(uint32_t b) const {
+    return in_.ms[static_cast<size_t>(b / static_cast<uint32_t>(bw_)) *
+                      static_cast<size_t>(in_.ms_stride) +
+                  b % static_cast<uint32_t>(bw_)];
+  }
+  void Put(uint32_t b, const uint8_t* const* src) {
+    const size_t bx = b % static_cast<uint32_t>(bw_), by = b / static_cast<uint32_t>(bw_);
+    for (size_t dy = 0; dy < 2; ++dy) {
+      const size_t o = (by * 2 + dy) * static_cast<size_t>(in_.w) + bx * 2;
+      cur_[0][o] = src[0][o];
+      cur_[0][o + 1] = src[0][o + 1];
+    }
+    const size_t c = by * static_cast<size_t>(bw_) + bx;
+    cur_[1][c] = src[1][c];
+    cur_[2][c] = src[2][c];
+  }
+  void Wet(uint32_t b, uint32_t t) {
+    const float k0 = rule::SheenK(BlockTime(b), t);
+    const size_t bx = b % static_cast<uint32_t>(bw_), by = b / static_cast<uint32_t>(bw_);
+    float ink_sum = 0;
+    for (size_t dy = 0; dy < 2; ++dy) {
+      for (size_t dx = 0; dx < 2; ++dx) {
+        const size_t o = (by * 2 + dy) * static_cast<size_t>(in_.w) + bx * 2 + dx;
+        const float ink = rule::InkOf(in_.bg[0][o], in_.fin[0][o]);
+        ink_sum += ink;
+        cur_[0][o] = rule::WetLuma(in_.fin[0][o], in_.sheen[0], k0, ink);
+      }
+    }
+    const size_t c = by * static_cast<size_t>(bw_) + bx;
+    cur_[1][c] = rule::WetChroma(in_.fin[1][c], in_.sheen[1], k0, ink_sum);
+    cur_[2][c] = rule::WetChroma(in_.fin[2][c], in_.sheen[2], k0, ink_sum);
+  }
+
+  ComposeInputs in_;
+  int bw_, bh_;
+  std::vector<uint8_t> cur_[3];
+  std::vector<uint32_t> order_;
+  size_t written_ = 0,
+         dry_ = 0;  // order_[0, dry_): final; [dry_, written_): wet; the rest: background
+};
+
+// The device composer when one is asked for and starts, else the CPU's.
+std::unique_ptr<FrameComposer> StartComposer(const WritingFrames& f, const Yuv& fin, const Yuv& bg,
+                                             DeviceComposerFactory device, EncodeResult* result) {
+  const ComposeInputs in = Inputs(f, fin, bg);
+  if (device != nullptr) {
+    auto c = device(in);
+    if (c.ok()) {
+      result->composer = (*c)->name();
+      return std::move(c).value();
+    }
+    result->compose_fallback = c.status().ToString();
+    spdlog::warn("video: frames composed on the CPU: the device composer did not start: {}",
+                 result->compose_fallback);
+  }
+  result->composer = "cpu";
+  return std::make_unique<CpuComposer>(in);
+}
+
+// One frame; a device composer that fails gives way to the CPU's from this
+// frame on (the CPU composer starts from the background and catches up).
+Status ComposeOne(const WritingFrames& f, const Yuv& fin, const Yuv& bg, uint32_t t,
+                  uint8_t* const* dst, const int* stride, std::unique_ptr<FrameComposer>* composer,
+                  EncodeResult* result) {
+  Status s = (*composer)->Frame(t, dst, stride);
+  if (s.ok() || std::string((*composer)->name()) == "cpu") return s;
+  result->compose_fallback = s.ToString();
+  spdlog::warn("video: frames composed on the CPU from t={} ms: the device composer failed: {}", t,
+               result->compose_fallback);
+  composer->reset();
+  *composer = std::make_unique<CpuComposer>(Inputs(f, fin, bg));
+  result->composer = "cpu";
+  return (*composer)->Frame(t, dst, stride);
 }
 
 // The encoder for `name`, opened for w x h at fps; nullptr and the reason when it does not open.
@@ -255,6 +392,36 @@ uint32_t FrameTime(int i, const ClipOptions& clip, uint32_t end_ms) {
   return static_cast<uint32_t>(static_cast<uint64_t>(i) * end_ms / static_cast<uint64_t>(play - 1));
 }
 
+Result<std::vector<std::vector<uint8_t>>> ComposeYuvFrames(const WritingFrames& f,
+                                                           const std::vector<uint32_t>& times,
+                                                           DeviceComposerFactory device,
+                                                           EncodeResult* result) {
+  if (Status s = CheckClip(ClipOptions{}, f); !s.ok()) return s;
+  for (size_t i = 1; i < times.size(); ++i) {
+    if (times[i] < times[i - 1]) return InvalidArgument("times: they must not decrease");
+  }
+  const int w = f.final_image->width & ~1, h = f.final_image->height & ~1;
+  Yuv fin, bg;
+  if (Status s = ToYuv(*f.final_image, w, h, &fin); !s.ok()) return s;
+  if (Status s = ToYuv(*f.background, w, h, &bg); !s.ok()) return s;
+  EncodeResult local;
+  EncodeResult* r = result != nullptr ? result : &local;
+  std::unique_ptr<FrameComposer> composer = StartComposer(f, fin, bg, device, r);
+  const size_t ny = static_cast<size_t>(w) * static_cast<size_t>(h), nc = ny / 4;
+  std::vector<std::vector<uint8_t>> out;
+  for (uint32_t t : times) {
+    std::vector<uint8_t> frame(ny + 2 * nc);
+    uint8_t* const dst[3] = {frame.data(), frame.data() + ny, frame.data() + ny + nc};
+    const int stride[3] = {w, w / 2, w / 2};
+    if (Status s = ComposeOne(f, fin, bg, t, dst, stride, &composer, r); !s.ok()) return s;
+    out.push_back(std::move(frame));
+  }
+  r->width = w;
+  r->height = h;
+  r->frames = static_cast<int>(times.size());
+  return out;
+}
+
 image::Image ComposeFrameRgb(const WritingFrames& f, uint32_t t) {
   image::Image out = *f.final_image;
   const int w = out.width, h = out.height;
@@ -292,71 +459,16 @@ Result<EncodeResult> EncodeWritingMp4(const WritingFrames& f, const ClipOptions&
   const auto start = std::chrono::steady_clock::now();
   const int w = f.final_image->width & ~1,
             h = f.final_image->height & ~1;  // 4:2:0 wants even sides
-  const int bw = w / 2, bh = h / 2;          // blocks: plane pixels
   Yuv fin, bg;
   if (Status s = ToYuv(*f.final_image, w, h, &fin); !s.ok()) return s;
   if (Status s = ToYuv(*f.background, w, h, &bg); !s.ok()) return s;
-  // The sheen colour in the same space.
-  const float sy =
-      16.0f + (65.481f * kSheenRgb[0] + 128.553f * kSheenRgb[1] + 24.966f * kSheenRgb[2]) / 255.0f;
-  const float su =
-      128.0f + (-37.797f * kSheenRgb[0] - 74.203f * kSheenRgb[1] + 112.0f * kSheenRgb[2]) / 255.0f;
-  const float sv =
-      128.0f + (112.0f * kSheenRgb[0] - 93.786f * kSheenRgb[1] - 18.214f * kSheenRgb[2]) / 255.0f;
-
-  // Blocks with a time, in writing order; the rest show the final image throughout.
-  std::vector<uint32_t> order;
-  order.reserve(static_cast<size_t>(bw) * static_cast<size_t>(bh));
-  Yuv cur = fin;
-  for (int by = 0; by < bh; ++by) {
-    for (int bx = 0; bx < bw; ++bx) {
-      const uint16_t at =
-          f.ms[static_cast<size_t>(by) * static_cast<size_t>(f.ww) + static_cast<size_t>(bx)];
-      if (at == kNever) continue;
-      order.push_back(static_cast<uint32_t>(by) * static_cast<uint32_t>(bw) +
-                      static_cast<uint32_t>(bx));
-    }
-  }
-  auto block_time = [&](uint32_t b) {
-    return f.ms[static_cast<size_t>(b / static_cast<uint32_t>(bw)) * static_cast<size_t>(f.ww) +
-                b % bw];
-  };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return block_time(a) < block_time(b); });
-  // Every timed block starts as background.
-  auto put = [&](uint32_t b, const Yuv& src) {
-    const size_t bx = b % static_cast<uint32_t>(bw), by = b / static_cast<uint32_t>(bw);
-    for (size_t dy = 0; dy < 2; ++dy) {
-      const size_t o = (by * 2 + dy) * static_cast<size_t>(w) + bx * 2;
-      cur.y[o] = src.y[o];
-      cur.y[o + 1] = src.y[o + 1];
-    }
-    const size_t c = by * static_cast<size_t>(bw) + bx;
-    cur.u[c] = src.u[c];
-    cur.v[c] = src.v[c];
-  };
-  auto wet = [&](uint32_t b, uint32_t t) {
-    const float k0 = kSheenStrength * Wetness(block_time(b), t);
-    const size_t bx = b % static_cast<uint32_t>(bw), by = b / static_cast<uint32_t>(bw);
-    float ink_sum = 0;
-    for (size_t dy = 0; dy < 2; ++dy) {
-      for (size_t dx = 0; dx < 2; ++dx) {
-        const size_t o = (by * 2 + dy) * static_cast<size_t>(w) + bx * 2 + dx;
-        const float ink = std::clamp((static_cast<float>(bg.y[o]) - fin.y[o]) / 219.0f, 0.0f, 1.0f);
-        ink_sum += ink;
-        cur.y[o] = static_cast<uint8_t>(std::lround(fin.y[o] + (sy - fin.y[o]) * k0 * ink));
-      }
-    }
-    const size_t c = by * static_cast<size_t>(bw) + bx;
-    const float kc = k0 * ink_sum / 4.0f;
-    cur.u[c] = static_cast<uint8_t>(std::lround(fin.u[c] + (su - fin.u[c]) * kc));
-    cur.v[c] = static_cast<uint8_t>(std::lround(fin.v[c] + (sv - fin.v[c]) * kc));
-  };
-  for (uint32_t b : order) put(b, bg);
+  EncodeResult result;
+  std::unique_ptr<FrameComposer> composer =
+      StartComposer(f, fin, bg, clip.device_composer, &result);
 
   // The muxer and the encoder.
   const std::string tmp = path + ".part-" + std::to_string(::getpid()) + "-" +
-                          std::to_string(reinterpret_cast<uintptr_t>(&cur) & 0xffffff);
+                          std::to_string(reinterpret_cast<uintptr_t>(&fin) & 0xffffff);
   auto fail = [&tmp](Status s) {
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
@@ -369,7 +481,6 @@ Result<EncodeResult> EncodeWritingMp4(const WritingFrames& f, const ClipOptions&
   }
   std::unique_ptr<AVFormatContext, FormatDeleter> fmt(raw_fmt);
   const bool global_header = (fmt->oformat->flags & AVFMT_GLOBALHEADER) != 0;
-  EncodeResult result;
   std::unique_ptr<AVCodecContext, CodecDeleter> enc;
   std::string why;
   if (clip.encoder == "h264_nvenc" || (clip.encoder == "auto" && clip.prefer_nvenc)) {
@@ -427,7 +538,6 @@ Result<EncodeResult> EncodeWritingMp4(const WritingFrames& f, const ClipOptions&
     }
   };
   const int n = std::max(1, static_cast<int>(std::lround(clip.seconds * clip.fps)));
-  size_t written = 0, dry = 0;  // order[0, dry): final; [dry, written): wet; the rest: background
   for (int i = 0; i < n; ++i) {
     if (cancel != nullptr && cancel->load())
       return fail(Status(StatusCode::kDeadlineExceeded, "video cancelled"));
@@ -436,20 +546,14 @@ Result<EncodeResult> EncodeWritingMp4(const WritingFrames& f, const ClipOptions&
                            std::to_string(i) + " frames"));
     }
     const uint32_t t = FrameTime(i, clip, f.end_ms);
-    while (written < order.size() && block_time(order[written]) <= t) ++written;
-    while (dry < written && t - block_time(order[dry]) >= kSheenMs) put(order[dry++], fin);
-    for (size_t k = dry; k < written; ++k) wet(order[k], t);
     if ((err = av_frame_make_writable(frame.get())) < 0)
       return fail(Internal("frame: " + AvError(err)));
-    for (int y = 0; y < h; ++y)
-      std::copy_n(cur.y.data() + static_cast<size_t>(y) * w, w,
-                  frame->data[0] + y * frame->linesize[0]);
-    for (int y = 0; y < h / 2; ++y) {
-      std::copy_n(cur.u.data() + static_cast<size_t>(y) * (w / 2), w / 2,
-                  frame->data[1] + y * frame->linesize[1]);
-      std::copy_n(cur.v.data() + static_cast<size_t>(y) * (w / 2), w / 2,
-                  frame->data[2] + y * frame->linesize[2]);
-    }
+    const auto c0 = std::chrono::steady_clock::now();
+    if (Status s = ComposeOne(f, fin, bg, t, frame->data, frame->linesize, &composer, &result);
+        !s.ok())
+      return fail(s);
+    result.compose_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     frame->pts = i;
     if ((err = avcodec_send_frame(enc.get(), frame.get())) < 0) {
       return fail(Internal("encoder " + result.encoder + ": " + AvError(err)));
@@ -468,6 +572,7 @@ Result<EncodeResult> EncodeWritingMp4(const WritingFrames& f, const ClipOptions&
   result.width = w;
   result.height = h;
   result.frames = n;
+  result.composer = composer->name();
   result.bytes = std::filesystem::file_size(path, ec);
   result.encode_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -11,6 +11,11 @@
 // sample, so a frame only rewrites the blocks whose state changed since the
 // previous one.
 //
+// Where the frames are composed: on the device when ClipOptions::device_composer
+// is given (the CUDA backend is in use: MakeCudaComposer) and it starts, else
+// on the CPU; a device error at the start or mid-clip is logged, and the rest
+// of the frames are composed on the CPU (EncodeResult::compose_fallback).
+//
 // Encoder: "auto" takes h264_nvenc when the caller says a GPU is in use
 // (prefer_nvenc) and it opens, else libx264; a failed NVENC open (no NVENC
 // on the GPU, as on Hopper H100/H200, or no driver) is logged and reported
@@ -26,6 +31,7 @@
 
 #include "common/status.h"
 #include "image/image.h"
+#include "video/compose.h"
 
 namespace danqing::video {
 
@@ -33,7 +39,6 @@ inline constexpr int kMinFps = 1, kMaxFps = 60;
 inline constexpr double kMinSeconds = 1.0, kMaxSeconds = 30.0;
 inline constexpr int kMaxVideoSide = 3840;
 inline constexpr int64_t kMaxVideoPixels = 3840LL * 2160LL;
-inline constexpr uint32_t kSheenMs = 350;
 
 // Whether a GPU has an NVENC video encoder, from what the CUDA runtime
 // says about it (cudaDeviceProp name and compute capability). The compute
@@ -58,6 +63,9 @@ struct ClipOptions {
   // Tests: the encoder fails after this many frames (-1: never), as a
   // full disk or a dying GPU encoder would.
   int fail_after_frames = -1;
+  // Compose the frames on a device (MakeCudaComposer when the render backend
+  // is CUDA); nullptr: on the CPU.
+  DeviceComposerFactory device_composer = nullptr;
 };
 
 // The inputs of one clip: w x h final image and background, the ww x wh
@@ -83,6 +91,9 @@ struct EncodeResult {
   int width = 0, height = 0, frames = 0;
   uint64_t bytes = 0;
   double encode_seconds = 0;
+  std::string composer;          // "cuda" or "cpu": what composed the last frame
+  std::string compose_fallback;  // non-empty: why the device composer gave way to the CPU
+  double compose_seconds = 0;    // composing the frames (the encoder's input), in encode_seconds
 };
 
 // Writes the clip to `path` through a temporary file next to it, renamed into
@@ -98,6 +109,15 @@ Result<EncodeResult> EncodeWritingMp4(const WritingFrames& frames, const ClipOpt
 
 // The writing time shown by frame i of a clip of n frames at fps (ms).
 uint32_t FrameTime(int i, const ClipOptions& clip, uint32_t end_ms);
+
+// The frames at `times` (not decreasing) as EncodeWritingMp4 composes them:
+// packed YUV 4:2:0 of the even part of the canvas (Y, then U, then V), on
+// the device composer `device` when given (falling back to the CPU as the
+// encoder does, `result` says which and why; may be null), else on the CPU.
+Result<std::vector<std::vector<uint8_t>>> ComposeYuvFrames(const WritingFrames& frames,
+                                                           const std::vector<uint32_t>& times,
+                                                           DeviceComposerFactory device,
+                                                           EncodeResult* result = nullptr);
 
 // One frame at writing time t, as RGB (tests and the frame strip): the same
 // rule as the video's frames, before the YUV conversion.

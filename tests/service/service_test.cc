@@ -383,6 +383,9 @@ TEST_F(ServiceTest, WritingPlaneBackgroundAndVideo) {
   EXPECT_THAT(metrics->body, HasSubstr("danqing_videos_total{encoder=\"cache\",result=\"ok\"} 1"));
   EXPECT_THAT(metrics->body,
               HasSubstr("danqing_video_encode_seconds_count{encoder=\"libx264\"} 1"));
+  // The CPU backend composes on the CPU; nothing fell back.
+  EXPECT_THAT(metrics->body, HasSubstr("danqing_video_compose_seconds_count{composer=\"cpu\"} 1"));
+  EXPECT_THAT(metrics->body, Not(HasSubstr("danqing_video_compose_fallbacks_total{")));
   EXPECT_THAT(metrics->body, HasSubstr("danqing_video_bytes_total{encoder=\"libx264\"} " +
                                        std::to_string(v->body.size())));
 
@@ -496,6 +499,12 @@ TEST(ServiceVideoTest, NvencOnlyOnAGpuThatHasOne) {
                              "\"} 1"))
         << gpu.name;
     EXPECT_THAT(m, HasSubstr("danqing_videos_total{encoder=\"libx264\",result=\"ok\"} 1"))
+        << gpu.name;
+    // The CUDA backend composes the frames on the GPU; with no device here
+    // (or no CUDA in the build) the CPU does, counted and logged.
+    EXPECT_THAT(m, HasSubstr("danqing_video_compose_fallbacks_total{composer=\"cuda\"} 1"))
+        << gpu.name;
+    EXPECT_THAT(m, HasSubstr("danqing_video_compose_seconds_count{composer=\"cpu\"} 1"))
         << gpu.name;
   }
 }

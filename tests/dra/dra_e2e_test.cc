@@ -23,6 +23,7 @@
 
 #include "agent/agent.h"
 #include "config/config.h"
+#include "dra/nvml_mig_control.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -43,7 +44,9 @@ constexpr char kTaintKey[] = "gpu.danqing.io/unhealthy";
 std::vector<json> NodeSlices(const std::vector<json>& all) {
   std::vector<json> out;
   for (const auto& s : all) {
-    if (s["spec"].value("nodeName", "") == kNode && s["spec"].value("driver", "") == kDriver)
+    const json& spec = s.at("spec");
+    if (spec.contains("nodeName") && spec.at("nodeName") == kNode && spec.contains("driver") &&
+        spec.at("driver") == kDriver)
       out.push_back(s);
   }
   return out;
@@ -51,6 +54,7 @@ std::vector<json> NodeSlices(const std::vector<json>& all) {
 
 const json* FindDevice(const std::vector<json>& slices, const std::string& name) {
   for (const auto& s : slices) {
+    if (!s["spec"].contains("devices")) continue;  // a slice of counter sets
     for (const auto& d : s["spec"]["devices"]) {
       if (d["name"] == name) return &d;
     }
@@ -531,6 +535,130 @@ TEST_F(DraE2eTest, TheBinaryPublishesWithAKubeconfigAndRefusesABadOne) {
   EXPECT_EQ(Prepare("by-binary", Uid(claim)).error(), "");
   EXPECT_TRUE(agent.Signal(SIGTERM));
   EXPECT_EQ(agent.Wait(10'000), 0) << agent.Output();
+}
+
+// Dynamic MIG (issue 26) through the wired agent: GPU 2 in MIG mode with
+// nothing on it, listed in danqing.draDynamicMig.
+json FakeMigDevices(const testing::FakeNode& node, int gpu) {
+  const std::string out = node.Control(R"({"cmd":"get","gpu":)" + std::to_string(gpu) + "}");
+  const json reply = json::parse(out, nullptr, false);
+  if (!reply.is_object() || !reply.contains("gpu") || !reply["gpu"].contains("mig")) {
+    ADD_FAILURE() << "fake NVML get: " << out;
+    return json::array();
+  }
+  return reply["gpu"]["mig"].value("devices", json::array());
+}
+
+// The slices of one pool (all of this node and driver in these tests).
+std::vector<json> PoolSlices(const std::vector<json>& all, const std::string& pool) {
+  std::vector<json> out;
+  for (const auto& s : all) {
+    if (s.at("spec").at("pool").at("name") == pool) out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<json> MigPoolSlices(const std::vector<json>& all) {
+  return PoolSlices(all, std::string(kNode) + "-mig");
+}
+
+TEST_F(DraE2eTest, DynamicMigPlacementIsPublishedCutAtPrepareAndDestroyedAtUnprepare) {
+  testing::FakeNode node("a100-mig-mixed");
+  config::Config cfg = Config();
+  cfg.danqing.dra_dynamic_mig = {"2"};
+  StartAgent(nullptr, cfg);
+  ASSERT_NE(agent_->dynamic_mig(), nullptr);
+  // GPU 2's two static 3g.40gb instances are orphans to dynamic MIG: reported, kept.
+  EXPECT_EQ(agent_->dynamic_mig_orphans().size(), 2U);
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 2U);
+  // The operator empties GPU 2 (MIG mode stays on); the reload that follows
+  // the MIG config change (main's, here the test's) republishes.
+  node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})");
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  const std::string placement = "gpu-2-mig-1g10gb-at-6";
+  // The MIG pool: GPU 2's counter set and its placements, each consuming
+  // counters; the static pool keeps the other GPUs and none of GPU 2.
+  ASSERT_TRUE(WaitSlices([&](const auto& all) {
+    return FindDevice(MigPoolSlices(all), placement) != nullptr;
+  })) << json(api_->server->Slices()).dump();
+  auto all = api_->server->Slices();
+  const auto mig_pool = MigPoolSlices(all);
+  bool counters = false;
+  for (const auto& s : mig_pool) {
+    if (!s["spec"].contains("sharedCounters")) continue;
+    for (const auto& set : s["spec"]["sharedCounters"]) counters |= set["name"] == "gpu-2-mig";
+  }
+  EXPECT_TRUE(counters) << json(mig_pool).dump();
+  const json* offered = FindDevice(mig_pool, placement);
+  ASSERT_NE(offered, nullptr);
+  EXPECT_EQ((*offered)["consumesCounters"][0]["counterSet"], "gpu-2-mig");
+  EXPECT_TRUE((*offered)["attributes"]["dynamic"]["bool"].get<bool>());
+  const std::vector<json> static_pool = PoolSlices(all, kNode);
+  ASSERT_FALSE(static_pool.empty());
+  for (const auto& s : static_pool) {
+    for (const auto& d : s["spec"]["devices"])
+      EXPECT_NE(d["name"].get<std::string>().rfind("gpu-2-", 0), 0U) << d["name"];
+  }
+  EXPECT_NE(FindDevice(static_pool, "gpu-0-mig-1g10gb-9-0"), nullptr);
+
+  // The scheduler allocates the placement; the kubelet prepares it.
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  const std::string pool = std::string(kNode) + "-mig";
+  const json claim = Allocate("cut", {placement}, pool);
+  const std::string uid = Uid(claim);
+  auto c = Prepare("cut", uid);
+  ASSERT_EQ(c.error(), "");
+  ASSERT_EQ(c.devices_size(), 1);
+  EXPECT_EQ(c.devices(0).pool_name(), pool);
+  EXPECT_EQ(c.devices(0).cdi_device_ids(0), "gpu.danqing.io/claim=" + uid + "-" + placement);
+  json made = FakeMigDevices(node, 2);
+  ASSERT_EQ(made.size(), 1U) << made.dump();
+  EXPECT_EQ(made[0]["placement_start"], 6);
+  EXPECT_EQ(agent_->dynamic_mig()->Held().at(uid).at(0).mig_uuid, made[0]["uuid"]);
+  // The CDI device is the claim's placement on the parent's /dev/nvidia2
+  // (the nvidia-cap nodes come from /proc/driver/nvidia-caps/mig-minors,
+  // absent here: dynamic_mig_test covers them).
+  const json spec = json::parse(std::ifstream(SpecPath(uid)));
+  ASSERT_EQ(spec["devices"].size(), 1U) << spec.dump();
+  EXPECT_EQ(spec["devices"][0]["name"], uid + "-" + placement);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/nvidia2")
+      << spec.dump();
+  // A repeat: same CDI IDs, nothing created again.
+  EXPECT_EQ(Prepare("cut", uid).devices(0).cdi_device_ids(0), c.devices(0).cdi_device_ids(0));
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 1U);
+  // The instance's MIG config change does not take the placement off the offer.
+  ASSERT_TRUE(agent_->dra_publisher()->WaitSynced(10s));
+  EXPECT_NE(FindDevice(MigPoolSlices(api_->server->Slices()), placement), nullptr);
+
+  // A second claim at an overlapping placement fails, naming claim and device;
+  // nothing of it is left on the GPU.
+  const json clash = Allocate("clash", {"gpu-2-mig-3g40gb-at-4"}, pool);
+  const std::string err = Prepare("clash", Uid(clash)).error();
+  EXPECT_NE(err.find("ml/clash"), std::string::npos) << err;
+  EXPECT_NE(err.find("gpu-2-mig-3g40gb-at-4"), std::string::npos) << err;
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 1U);
+  // A claim whose second device fails gives back the instance of its first.
+  const json half = Allocate("half", {"gpu-2-mig-1g10gb-at-0", "gpu-9"}, pool);
+  EXPECT_NE(Prepare("half", Uid(half)).error(), "");
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 1U);
+
+  // The agent restarts: the prepared claim's instance is kept. (The test
+  // holds NVML open meanwhile: the fake's GPUs live while it is initialised,
+  // as a real GPU's instances outlive the agent.)
+  auto hold = dra::NvmlMigControl::Open(testing::FakeNvmlLibrary());
+  ASSERT_TRUE(hold.ok()) << hold.status().message();
+  agent_->Stop();
+  agent_.reset();
+  StartAgent(nullptr, cfg);
+  ASSERT_EQ(FakeMigDevices(node, 2).size(), 1U);
+  EXPECT_TRUE(agent_->dynamic_mig_orphans().empty());
+  EXPECT_EQ(agent_->dynamic_mig()->Held().count(uid), 1U);
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 2, 10s));
+
+  // Unprepare destroys it.
+  EXPECT_EQ(Unprepare("cut", uid), "");
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 0U);
+  EXPECT_TRUE(agent_->dynamic_mig()->Held().empty());
 }
 
 TEST(DraApiClient, ComesFromTheKubeconfigOrThePodOrNothing) {

@@ -783,6 +783,10 @@ Status Agent::Reload(const config::Config& cfg) {
   } else if (Status st = StartChecker(cfg, built->inventory, std::move(retired)); !st.ok()) {
     return st;
   }
+  // The next scrape shows the new inventory (a MIG instance created for a
+  // claim, whose config change event asked for this reload): collected now,
+  // not at the exporter's next interval. Its collector takes only sources_mu_.
+  if (exporter_) (void)exporter_->CollectNow();
   return result;
 }
 

@@ -12,13 +12,16 @@
 //   * a MIG re-partition (and reload) is a new pool generation; split mode
 //     publishes only its DRA GPUs
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "agent/agent.h"
@@ -659,6 +662,73 @@ TEST_F(DraE2eTest, DynamicMigPlacementIsPublishedCutAtPrepareAndDestroyedAtUnpre
   EXPECT_EQ(Unprepare("cut", uid), "");
   EXPECT_EQ(FakeMigDevices(node, 2).size(), 0U);
   EXPECT_TRUE(agent_->dynamic_mig()->Held().empty());
+}
+
+// The lines of /metrics for MIG devices of GPU `gpu` with `profile`.
+std::vector<std::string> MigMetricLines(int port, int gpu, const std::string& profile) {
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/metrics");
+  std::vector<std::string> out;
+  if (!r || r->status != 200) {
+    ADD_FAILURE() << "GET /metrics failed";
+    return out;
+  }
+  std::istringstream in(r->body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("DCGM_FI_", 0) == 0 &&
+        line.find("gpu=\"" + std::to_string(gpu) + "\"") != std::string::npos &&
+        line.find("GPU_I_PROFILE=\"" + profile + "\"") != std::string::npos)
+      out.push_back(line);
+  }
+  return out;
+}
+
+TEST_F(DraE2eTest, DynamicMigInstanceIsInMetricsAfterTheReloadItsEventAsksFor) {
+  testing::FakeNode node("a100-mig-mixed");
+  config::Config cfg = Config();
+  cfg.danqing.dra_dynamic_mig = {"2"};
+  cfg.danqing.metrics_addr = "127.0.0.1:0";
+  auto client = agent::ApiClientFor(cfg);
+  ASSERT_TRUE(client.ok() && *client != nullptr);
+  client_ = std::move(client).value();
+  // main re-runs Reload when the agent asks (a MIG config change); the test too.
+  std::atomic<int> asked{0};
+  agent_ = std::make_unique<agent::Agent>(
+      agent::NvmlBackendFactory(), [&asked] { ++asked; }, agent::ApiClaimSourceFactory(*client_),
+      agent::ApiLink{client_.get(), 20ms, 200ms});
+  ASSERT_TRUE(agent_->Start(cfg).ok());
+  node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})");
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  const int port = agent_->metrics_port();
+  ASSERT_GT(port, 0);
+  EXPECT_TRUE(MigMetricLines(port, 2, "1g.10gb").empty());
+  EXPECT_TRUE(MigMetricLines(port, 2, "3g.40gb").empty()) << "the reload's layout is scraped";
+
+  const std::string placement = "gpu-2-mig-1g10gb-at-6";
+  ASSERT_TRUE(WaitSlices(
+      [&](const auto& all) { return FindDevice(MigPoolSlices(all), placement) != nullptr; }));
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  const int before = asked.load();
+  const json claim = Allocate("metered", {placement}, std::string(kNode) + "-mig");
+  ASSERT_EQ(Prepare("metered", Uid(claim)).error(), "");
+  const uint32_t gi = agent_->dynamic_mig()->Held().at(Uid(claim)).at(0).gpu_instance_id;
+  // The instance's creation is a MIG config change: the agent asks for the
+  // reload, after which one scrape shows the instance.
+  for (int i = 0; i < 200 && asked.load() == before; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_GT(asked.load(), before) << "no MIG config change event after the create";
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  const auto lines = MigMetricLines(port, 2, "1g.10gb");
+  ASSERT_FALSE(lines.empty());
+  for (const auto& l : lines)
+    EXPECT_NE(l.find("GPU_I_ID=\"" + std::to_string(gi) + "\""), std::string::npos) << l;
+  // The placement is still offered after that reload (no republish loop drops it).
+  ASSERT_TRUE(agent_->dra_publisher()->WaitSynced(10s));
+  EXPECT_NE(FindDevice(MigPoolSlices(api_->server->Slices()), placement), nullptr);
+
+  EXPECT_EQ(Unprepare("metered", Uid(claim)), "");
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  EXPECT_TRUE(MigMetricLines(port, 2, "1g.10gb").empty());
 }
 
 TEST(DraApiClient, ComesFromTheKubeconfigOrThePodOrNothing) {

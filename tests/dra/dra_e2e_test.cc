@@ -722,6 +722,14 @@ TEST_F(DraE2eTest, DynamicMigInstanceIsInMetricsAfterTheReloadItsEventAsksFor) {
   ASSERT_FALSE(lines.empty());
   for (const auto& l : lines)
     EXPECT_NE(l.find("GPU_I_ID=\"" + std::to_string(gi) + "\""), std::string::npos) << l;
+  // Its health rides the parent GPU's in the kubelet's health stream.
+  ASSERT_TRUE(dra_kubelet_->WatchHealth(kDriver));
+  EXPECT_TRUE(dra_kubelet_->WaitForHealth(
+      [&](const v1alpha1::NodeWatchResourcesResponse& r) {
+        return r.devices_size() == 1 && r.devices(0).device().device_name() == placement &&
+               r.devices(0).health() == v1alpha1::HEALTHY;
+      },
+      10s));
   // The placement is still offered after that reload (no republish loop drops it).
   ASSERT_TRUE(agent_->dra_publisher()->WaitSynced(10s));
   EXPECT_NE(FindDevice(MigPoolSlices(api_->server->Slices()), placement), nullptr);

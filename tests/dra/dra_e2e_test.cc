@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/doctor.h"
 #include "config/config.h"
 #include "dra/nvml_mig_control.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
@@ -737,6 +738,44 @@ TEST_F(DraE2eTest, DynamicMigInstanceIsInMetricsAfterTheReloadItsEventAsksFor) {
   EXPECT_EQ(Unprepare("metered", Uid(claim)), "");
   ASSERT_TRUE(agent_->Reload(cfg).ok());
   EXPECT_TRUE(MigMetricLines(port, 2, "1g.10gb").empty());
+}
+
+TEST_F(DraE2eTest, DoctorReportsDynamicMigOrphansButNotTheInstancesOfClaims) {
+  testing::FakeNode node("a100-mig-mixed");
+  // NVML held open for the test: the fake's GPUs keep what the test does to them.
+  auto hold = dra::NvmlMigControl::Open(testing::FakeNvmlLibrary());
+  ASSERT_TRUE(hold.ok()) << hold.status().message();
+  config::Config cfg = Config();
+  cfg.danqing.dra_dynamic_mig = {"2"};
+  auto orphans = [&cfg]() -> std::optional<agent::Finding> {
+    for (const auto& f : agent::RunDoctor(cfg, agent::NvmlBackendFactory())) {
+      if (f.check == "dynamic MIG orphans") return f;
+    }
+    return std::nullopt;
+  };
+  // GPU 2's two static 3g.40gb instances: no claim holds them.
+  auto found = orphans();
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->level, agent::Finding::Level::kWarn);
+  EXPECT_NE(found->detail.find("GPU 2: MIG 3g.40gb at memory slice 0"), std::string::npos)
+      << found->detail;
+  EXPECT_NE(found->detail.find("GPU 2: MIG 3g.40gb at memory slice 4"), std::string::npos)
+      << found->detail;
+  EXPECT_NE(found->fix.find("draDynamicMigDestroyOrphans"), std::string::npos);
+
+  // Emptied, then an instance made for a claim: held, so not an orphan.
+  node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})");
+  StartAgent(nullptr, cfg);
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  const json claim = Allocate("held", {"gpu-2-mig-2g20gb-at-2"}, std::string(kNode) + "-mig");
+  ASSERT_EQ(Prepare("held", Uid(claim)).error(), "");
+  ASSERT_EQ(FakeMigDevices(node, 2).size(), 1U);
+  found = orphans();
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->level, agent::Finding::Level::kOk) << found->detail;
+  // Without the DRA side the check is not run.
+  cfg.danqing.dra_dynamic_mig.clear();
+  EXPECT_FALSE(orphans().has_value());
 }
 
 TEST(DraApiClient, ComesFromTheKubeconfigOrThePodOrNothing) {

@@ -90,9 +90,18 @@ std::vector<int> DynamicMigGpus(const dra::DynamicMigConfig& mig,
                                 const gpu::NodeInventory& inventory,
                                 const std::vector<std::string>& dra_gpus) {
   std::vector<int> out;
+  const bool all = std::find(mig.gpus.begin(), mig.gpus.end(), "all") != mig.gpus.end();
   for (const auto& g : inventory.gpus) {
-    if (std::find(dra_gpus.begin(), dra_gpus.end(), g.uuid) == dra_gpus.end()) continue;
     if (!mig.Selects(g.index, g.uuid)) continue;
+    if (std::find(dra_gpus.begin(), dra_gpus.end(), g.uuid) == dra_gpus.end()) {
+      if (!all) {
+        spdlog::warn(
+            "agent: GPU {} ({}) is selected by danqing.draDynamicMig but served by the device "
+            "plugin (danqing.draGpus does not name it); not dynamic",
+            g.index, g.uuid);
+      }
+      continue;
+    }
     if (g.mig_mode != gpu::MigMode::kEnabled) {
       spdlog::warn(
           "agent: GPU {} ({}) is selected by danqing.draDynamicMig but not in MIG mode; served "

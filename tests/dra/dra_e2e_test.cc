@@ -778,6 +778,25 @@ TEST_F(DraE2eTest, DoctorReportsDynamicMigOrphansButNotTheInstancesOfClaims) {
   EXPECT_FALSE(orphans().has_value());
 }
 
+TEST(DynamicMigGpus, OnlyDraServedGpusInMigModeAreDynamic) {
+  gpu::NodeInventory inv;
+  for (int i = 0; i < 4; ++i) {
+    gpu::Gpu g;
+    g.index = i;
+    g.uuid = "GPU-" + std::to_string(i);
+    g.mig_mode = i == 3 ? gpu::MigMode::kDisabled : gpu::MigMode::kEnabled;
+    inv.gpus.push_back(g);
+  }
+  const std::vector<std::string> dra = {"GPU-1", "GPU-2", "GPU-3"};
+  dra::DynamicMigConfig listed;
+  listed.gpus = {"0", "1", "GPU-3"};  // 0: the device plugin's; 3: not in MIG mode
+  EXPECT_EQ(agent::DynamicMigGpus(listed, inv, dra), (std::vector<int>{1}));
+  dra::DynamicMigConfig all;
+  all.gpus = {"all"};
+  EXPECT_EQ(agent::DynamicMigGpus(all, inv, dra), (std::vector<int>{1, 2}));
+  EXPECT_TRUE(agent::DynamicMigGpus(dra::DynamicMigConfig{}, inv, dra).empty());
+}
+
 TEST(DraApiClient, ComesFromTheKubeconfigOrThePodOrNothing) {
   auto cfg = *config::ParseConfig("version: v1\n", "t.yaml");
   cfg.danqing.mode = "device-plugin";

@@ -8,9 +8,12 @@
 // CDI spec and the checkpoint (both fsync'd and renamed), as in production.
 // Rows: new prepare (claim GET included), repeated prepare (idempotent
 // answer, no GET), unprepare: p50, p99, max over `iterations` claims.
-// Usage: dra_prepare_bench [iterations] [state-dir]
+// Usage: dra_prepare_bench [iterations] [state-dir] [dynamic-mig]
 //   state-dir: where the checkpoint and CDI specs go (default a fresh
 //   directory under /tmp); put it on the disk under test.
+//   dynamic-mig: claims for dynamic-MIG placements (issue 26) instead: each
+//   prepare creates a 1g.10gb instance on GPU 2 through the fake NVML, each
+//   unprepare destroys it.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -61,7 +64,12 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(sockets);
   spdlog::set_level(spdlog::level::warn);
 
-  danqing::testing::FakeNode node("a100-8x-nvswitch");
+  // "dynamic-mig": claims for dynamic-MIG placements (issue 26): GPU 2 of
+  // a100-mig-mixed emptied and listed in draDynamicMig; each prepare creates
+  // the GPU and compute instance through the fake NVML, each unprepare
+  // destroys them.
+  const bool dynamic = argc > 3 && std::string(argv[3]) == "dynamic-mig";
+  danqing::testing::FakeNode node(dynamic ? "a100-mig-mixed" : "a100-8x-nvswitch");
   danqing::testing::ApiFixture api(sockets);
   if (!api.error.empty()) {
     std::fprintf(stderr, "API server emulator: %s\n", api.error.c_str());
@@ -86,6 +94,7 @@ int main(int argc, char** argv) {
   cfg.danqing.dra_plugin_dir = sockets + "/plugin";
   cfg.danqing.dra_checkpoint_dir = base + "/state";
   cfg.danqing.kubeconfig = sockets + "/kubeconfig";
+  if (dynamic) cfg.danqing.dra_dynamic_mig = {"2"};
   auto client = danqing::agent::ApiClientFor(cfg);
   if (!client.ok() || !*client) {
     std::fprintf(stderr, "API client: %s\n", client.status().ToString().c_str());
@@ -105,6 +114,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "the plugin did not register\n");
     return 1;
   }
+  if (dynamic) {
+    node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})");
+    if (auto st = agent.Reload(cfg); !st.ok()) {
+      std::fprintf(stderr, "reload: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
   std::vector<std::string> uids;
   for (int i = 0; i < iterations; ++i) {
     json claim = {{"metadata", {{"namespace", "bench"}, {"name", "c" + std::to_string(i)}}},
@@ -114,8 +130,9 @@ int main(int argc, char** argv) {
                        {{"results",
                          {{{"request", "gpu"},
                            {"driver", "gpu.danqing.io"},
-                           {"pool", "node-a"},
-                           {"device", "gpu-" + std::to_string(i % 8)}}}}}}}}}}};
+                           {"pool", dynamic ? "node-a-mig" : "node-a"},
+                           {"device", dynamic ? "gpu-2-mig-1g10gb-at-" + std::to_string(i % 7)
+                                              : "gpu-" + std::to_string(i % 8)}}}}}}}}}}};
     uids.push_back(api.server->PutClaim(claim)["metadata"]["uid"]);
   }
   std::vector<double> prepare, repeat, unprepare;
@@ -141,8 +158,10 @@ int main(int argc, char** argv) {
   }
   const uint64_t gets = api.server->Counts()["GET resourceclaims"];
   std::printf(
-      "DRA agent (dra mode, 8 GPUs), 1-GPU claims over the kubelet emulator, claims read from "
-      "the API server emulator (%llu claim GETs), state in %s\n",
+      "DRA agent (dra mode, %s) over the kubelet emulator, claims read from the API server "
+      "emulator (%llu claim GETs), state in %s\n",
+      dynamic ? "dynamic MIG: 1g.10gb placement claims, instance created and destroyed"
+              : "8 GPUs, 1-GPU claims",
       static_cast<unsigned long long>(gets), base.c_str());
   Print("prepare (new, claim GET)", prepare);
   Print("prepare (repeat)", repeat);

@@ -11,8 +11,10 @@
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"
 #include "dra/claim_reader.h"
+#include "dra/dynamic_mig_cdi.h"
 #include "dra/file_claim_source.h"
 #include "dra/node_metrics.h"
+#include "dra/nvml_mig_control.h"
 #include "dra/time_slicer.h"
 #include "gpu/nvml_backend.h"
 #include "kube/config.h"
@@ -35,7 +37,85 @@ deviceplugin::MigCapMinors ReadMigCapMinors() {
   return std::move(parsed).value();
 }
 
+// The preparer's maker of dynamic-MIG placement devices (dynamic_mig.h).
+class DynamicMigMaker : public dra::DeviceMaker {
+ public:
+  DynamicMigMaker(std::shared_ptr<dra::DynamicMig> mig, std::string pool,
+                  std::function<uint32_t(int)> minor_of, std::function<void()> changed)
+      : mig_(std::move(mig)),
+        pool_(std::move(pool)),
+        minor_of_(std::move(minor_of)),
+        changed_(std::move(changed)) {}
+  std::string pool() const override { return pool_; }
+  bool Makes(const std::string& device) const override {
+    return dra::ParsePlacementName(device).has_value();
+  }
+  Result<dra::NodeDevice> Make(const std::string& claim_uid, const std::string& device) override {
+    const size_t before = Count();
+    auto inst = mig_->Prepare(claim_uid, device);
+    if (!inst.ok()) return inst.status();
+    if (Count() != before) changed_();  // a new instance: its placement stays offered
+    return dra::DynamicMigNodeDevice(*inst, minor_of_(inst->gpu_index));
+  }
+  Status Unmake(const std::string& claim_uid, const std::string& device) override {
+    const size_t before = Count();
+    Status s = mig_->Unprepare(claim_uid, device);
+    if (Count() != before) changed_();
+    return s;
+  }
+
+ private:
+  size_t Count() const {
+    size_t n = 0;
+    for (const auto& [uid, list] : mig_->Held()) n += list.size();
+    return n;
+  }
+  std::shared_ptr<dra::DynamicMig> mig_;
+  std::string pool_;
+  std::function<uint32_t(int)> minor_of_;
+  std::function<void()> changed_;
+};
+
 }  // namespace
+
+dra::DynamicMigConfig DynamicMigConfigFrom(const config::Config& cfg) {
+  dra::DynamicMigConfig c;
+  c.gpus = cfg.danqing.dra_dynamic_mig;
+  c.destroy_orphans = cfg.danqing.dra_dynamic_mig_destroy_orphans;
+  return c;
+}
+
+std::string DynamicMigStateFile(const config::Config& cfg) {
+  return cfg.danqing.dra_checkpoint_dir + "/dynamic-mig.json";
+}
+
+std::vector<int> DynamicMigGpus(const dra::DynamicMigConfig& mig,
+                                const gpu::NodeInventory& inventory,
+                                const std::vector<std::string>& dra_gpus) {
+  std::vector<int> out;
+  const bool all = std::find(mig.gpus.begin(), mig.gpus.end(), "all") != mig.gpus.end();
+  for (const auto& g : inventory.gpus) {
+    if (!mig.Selects(g.index, g.uuid)) continue;
+    if (std::find(dra_gpus.begin(), dra_gpus.end(), g.uuid) == dra_gpus.end()) {
+      if (!all) {
+        spdlog::warn(
+            "agent: GPU {} ({}) is selected by danqing.draDynamicMig but served by the device "
+            "plugin (danqing.draGpus does not name it); not dynamic",
+            g.index, g.uuid);
+      }
+      continue;
+    }
+    if (g.mig_mode != gpu::MigMode::kEnabled) {
+      spdlog::warn(
+          "agent: GPU {} ({}) is selected by danqing.draDynamicMig but not in MIG mode; served "
+          "as a whole GPU",
+          g.index, g.uuid);
+      continue;
+    }
+    out.push_back(g.index);
+  }
+  return out;
+}
 
 std::string NvmlLibraryFor(const config::Config& cfg) {
   if (!cfg.danqing.nvml_lib.empty()) return cfg.danqing.nvml_lib;
@@ -360,13 +440,22 @@ void Agent::SetDraBase(const gpu::NodeInventory& inventory,
       dra_gpus.empty() ? dra::DeviceTable{cfg_.danqing.node_name, {}, inventory.driver_version}
                        : dra::BuildDeviceTable(inventory, cfg_.danqing.node_name, dra_gpus));
   if (dra_preparer_) dra_preparer_->SetDevices(dra::WithHealth(*dra_base_, unhealthy_));
+  std::vector<int> dynamic;
+  if (dynamic_mig_ && discovered) {
+    dynamic = DynamicMigGpus(DynamicMigConfigFrom(cfg_), inventory, dra_gpus);
+    std::lock_guard mlock(mig_mu_);
+    mig_gpus_ = dynamic;
+  }
   if (publisher_ && discovered) {
-    // The slices hold the DRA GPUs only (split: the device plugin's stay off them).
+    // The slices hold the DRA GPUs only (split: the device plugin's stay off
+    // them); the dynamic-MIG GPUs are in their own pool ("<node>-mig").
     std::vector<std::string> others;
     for (const auto& g : inventory.gpus) {
-      if (std::find(dra_gpus.begin(), dra_gpus.end(), g.uuid) == dra_gpus.end())
+      if (std::find(dra_gpus.begin(), dra_gpus.end(), g.uuid) == dra_gpus.end() ||
+          std::find(dynamic.begin(), dynamic.end(), g.index) != dynamic.end())
         others.push_back(g.uuid);
     }
+    if (dynamic_mig_) PublishDynamicMig();
     publisher_->Update(others.empty() ? inventory : WithoutGpus(inventory, others),
                        dra::ConditionsFromUnhealthy(unhealthy_, dra_policy_));
   }
@@ -532,6 +621,9 @@ Status Agent::StartDra(const config::Config& cfg, const Built* built) {
     std::lock_guard plock(publish_mu_);
     publisher_ = std::make_unique<dra::Publisher>(*api_.client, PublisherOptionsFrom(cfg, api_));
   }
+  if (!cfg.danqing.dra_dynamic_mig.empty()) {
+    if (Status st = StartDynamicMig(cfg, built, popts); !st.ok()) return st;
+  }
   SetDraBase(built ? built->inventory : gpu::NodeInventory{},
              built ? built->dra_gpus : std::vector<std::string>{}, built != nullptr);
   if (publisher_) {
@@ -539,6 +631,99 @@ Status Agent::StartDra(const config::Config& cfg, const Built* built) {
   }
   dra_plugin_ = std::make_unique<dra::NodePlugin>(NodePluginOptionsFrom(cfg), dra_preparer_.get());
   return dra_plugin_->Start();
+}
+
+Status Agent::StartDynamicMig(const config::Config& cfg, const Built* built,
+                              const dra::PreparerOptions& popts) {
+  auto control = dra::NvmlMigControl::Open(NvmlLibraryFor(cfg));
+  if (!control.ok()) return control.status().WithContext("danqing.draDynamicMig");
+  mig_control_ = std::shared_ptr<dra::MigControl>(std::move(control).value());
+  const dra::DynamicMigConfig mcfg = DynamicMigConfigFrom(cfg);
+  dynamic_mig_ = std::make_shared<dra::DynamicMig>(mig_control_, mcfg, DynamicMigStateFile(cfg));
+  // The parent GPU's /dev/nvidia<minor> as the inventory knows it.
+  std::map<int, uint32_t> minors;
+  if (built != nullptr) {
+    for (const auto& g : built->inventory.gpus) {
+      if (g.minor_number) minors[g.index] = *g.minor_number;
+    }
+  }
+  mig_maker_ = std::make_unique<DynamicMigMaker>(
+      dynamic_mig_, cfg.danqing.node_name + "-mig",
+      [minors](int index) {
+        auto it = minors.find(index);
+        return it == minors.end() ? static_cast<uint32_t>(index) : it->second;
+      },
+      [this] { PublishDynamicMig(); });
+  dra_preparer_->SetDeviceMaker(mig_maker_.get());
+
+  // Restart: the instances the state file records for claims the checkpoint
+  // still holds are kept; any other instance on a dynamic GPU is an orphan.
+  auto state = dra::DynamicMig::LoadState(DynamicMigStateFile(cfg));
+  if (!state.ok()) {
+    spdlog::error("agent: dynamic MIG: {}; every instance on the dynamic GPUs is an orphan",
+                  state.status().message());
+    state = std::map<std::string, std::vector<dra::MigInstance>>{};
+  }
+  auto claims = dra::Checkpoint(popts.checkpoint_dir).Load();
+  std::map<std::string, dra::PreparedClaim> held;
+  if (claims.ok()) {
+    held = std::move(claims).value();
+  } else {
+    std::vector<std::string> skipped;
+    held = dra::ReadClaimSpecs(popts.cdi, &skipped);  // as the preparer's Restore rebuilds it
+  }
+  std::map<std::string, std::vector<dra::MigInstance>> kept;
+  for (auto& [uid, list] : *state) {
+    if (held.contains(uid)) kept[uid] = std::move(list);
+  }
+  const std::vector<int> gpus =
+      built ? DynamicMigGpus(mcfg, built->inventory, built->dra_gpus) : std::vector<int>{};
+  auto orphans = dynamic_mig_->Reconcile(kept, gpus);
+  for (const auto& o : orphans) {
+    spdlog::warn("agent: dynamic MIG: {}{}", dra::DescribeOrphan(o),
+                 o.destroyed       ? "; destroyed (draDynamicMigDestroyOrphans)"
+                 : o.error.empty() ? "; kept (draDynamicMigDestroyOrphans is off)"
+                                   : "; destroying it failed: " + o.error);
+  }
+  spdlog::info("agent: dynamic MIG on {} GPU(s); {} instance(s) of prepared claims kept",
+               gpus.size(), [&] {
+                 size_t n = 0;
+                 for (const auto& [uid, list] : dynamic_mig_->Held()) n += list.size();
+                 return n;
+               }());
+  std::lock_guard mlock(mig_mu_);
+  mig_gpus_ = gpus;
+  mig_orphans_ = std::move(orphans);
+  return Status::Ok();
+}
+
+void Agent::PublishDynamicMig() {
+  if (!publisher_ || !dynamic_mig_) return;
+  std::vector<int> gpus;
+  {
+    std::lock_guard mlock(mig_mu_);
+    gpus = mig_gpus_;
+  }
+  std::vector<dra::MigGpuSpec> specs;
+  for (const int index : gpus) {
+    auto d = mig_control_->Describe(index);
+    if (!d.ok()) {
+      spdlog::warn("agent: dynamic MIG: GPU {} left out of the MIG pool: {}", index,
+                   d.status().message());
+      continue;
+    }
+    specs.push_back(std::move(d).value());
+  }
+  std::map<std::string, std::set<uint32_t>> owned;
+  for (const auto& [uid, list] : dynamic_mig_->Held()) {
+    for (const auto& m : list) owned[m.gpu_uuid].insert(m.gpu_instance_id);
+  }
+  publisher_->SetDynamicMig(std::move(specs), std::move(owned));
+}
+
+std::vector<dra::OrphanInstance> Agent::dynamic_mig_orphans() const {
+  std::lock_guard mlock(mig_mu_);
+  return mig_orphans_;
 }
 
 void Agent::SetBase(std::shared_ptr<const deviceplugin::ResourceSet> set) {
@@ -673,10 +858,13 @@ Status Agent::Reload(const config::Config& cfg) {
   if (a.mode != b.mode || (a.dra_gpus != b.dra_gpus && !split_move) ||
       a.dra_driver_name != b.dra_driver_name || a.dra_plugins_registry != b.dra_plugins_registry ||
       a.dra_plugin_dir != b.dra_plugin_dir || a.dra_checkpoint_dir != b.dra_checkpoint_dir ||
-      a.dra_claims_file != b.dra_claims_file || a.node_name != b.node_name) {
+      a.dra_claims_file != b.dra_claims_file || a.node_name != b.node_name ||
+      a.dra_dynamic_mig != b.dra_dynamic_mig ||
+      a.dra_dynamic_mig_destroy_orphans != b.dra_dynamic_mig_destroy_orphans) {
     return FailedPrecondition(
         "reload kept the running configuration: danqing.mode, draDriverName, "
-        "draPluginsRegistry, draPluginDir, draCheckpointDir, draClaimsFile and nodeName (and "
+        "draPluginsRegistry, draPluginDir, draCheckpointDir, draClaimsFile, draDynamicMig, "
+        "draDynamicMigDestroyOrphans and nodeName (and "
         "draGpus outside split mode) change only with a restart of the agent");
   }
   if (cfg.danqing.kubeconfig != cfg_.danqing.kubeconfig) {
@@ -742,6 +930,10 @@ Status Agent::Reload(const config::Config& cfg) {
   } else if (Status st = StartChecker(cfg, built->inventory, std::move(retired)); !st.ok()) {
     return st;
   }
+  // The next scrape shows the new inventory (a MIG instance created for a
+  // claim, whose config change event asked for this reload): collected now,
+  // not at the exporter's next interval. Its collector takes only sources_mu_.
+  if (exporter_) (void)exporter_->CollectNow();
   return result;
 }
 

@@ -31,6 +31,7 @@
 #include "deviceplugin/plugin_manager.h"
 #include "dra/claim_preparer.h"
 #include "dra/claims.h"
+#include "dra/dynamic_mig.h"
 #include "dra/node_devices.h"
 #include "dra/node_plugin.h"
 #include "dra/publisher.h"
@@ -104,6 +105,17 @@ Result<std::vector<std::string>> DraGpuUuids(const config::Config& cfg,
 // `inventory` without the GPUs `uuids` (topology and errors kept for the rest).
 gpu::NodeInventory WithoutGpus(const gpu::NodeInventory& inventory,
                                const std::vector<std::string>& uuids);
+// Dynamic MIG's configuration (danqing.draDynamicMig, ...DestroyOrphans).
+dra::DynamicMigConfig DynamicMigConfigFrom(const config::Config& cfg);
+// Where dynamic MIG keeps the instances it made: <draCheckpointDir>/dynamic-mig.json.
+std::string DynamicMigStateFile(const config::Config& cfg);
+// The NVML indices of the GPUs of `inventory` that dynamic MIG serves: among
+// `dra_gpus`, those in MIG mode that `mig` selects (a selected GPU not in MIG
+// mode is served statically, with a warning).
+std::vector<int> DynamicMigGpus(const dra::DynamicMigConfig& mig,
+                                const gpu::NodeInventory& inventory,
+                                const std::vector<std::string>& dra_gpus);
+
 // The node plugin's options from the configuration.
 dra::NodePluginOptions NodePluginOptionsFrom(const config::Config& cfg);
 dra::PreparerOptions PreparerOptionsFrom(const config::Config& cfg);
@@ -139,6 +151,10 @@ class Agent {
   const dra::ClaimPreparer* dra_preparer() const { return dra_preparer_.get(); }
   // The ResourceSlice publisher; null without an API server or in device-plugin mode.
   const dra::Publisher* dra_publisher() const { return publisher_.get(); }
+  // Dynamic MIG (issue 26); null unless danqing.draDynamicMig selects GPUs.
+  const dra::DynamicMig* dynamic_mig() const { return dynamic_mig_.get(); }
+  // The orphans Reconcile found at start (destroyed when configured).
+  std::vector<dra::OrphanInstance> dynamic_mig_orphans() const;
 
   // The health of every tracked device (empty while no GPU is served).
   std::vector<health::DeviceHealth> Health() const;
@@ -170,6 +186,14 @@ class Agent {
   // FAILED_PRECONDITION naming the GPU and its holder returned; else the
   // caller offers them on their new side.
   Status MoveSplit(const config::Config& cfg, const Built& built);
+  // Starts dynamic MIG (StartDra, before the node plugin serves): the
+  // instances of checkpointed claims are kept, orphans reported.
+  Status StartDynamicMig(const config::Config& cfg, const Built* built,
+                         const dra::PreparerOptions& popts);
+  // Republishes the "<node>-mig" pool: the dynamic GPUs as NVML describes
+  // them now and the instances claims hold. Takes only mig_mu_ (called from
+  // the preparer with its lock held, and under publish_mu_).
+  void PublishDynamicMig();
   // Discovers through `backend` (created from the factory when null).
   // `previous`, when given, is the inventory being replaced: GPUs it had that
   // this discovery cannot read are kept (KeepUnreadableGpus).
@@ -218,6 +242,13 @@ class Agent {
   std::shared_ptr<const dra::DeviceTable> dra_base_;
   ApiLink api_;
   std::unique_ptr<dra::Publisher> publisher_;  // with an API server
+  // Dynamic MIG: set at StartDra, then only read.
+  std::shared_ptr<dra::MigControl> mig_control_;
+  std::shared_ptr<dra::DynamicMig> dynamic_mig_;
+  std::unique_ptr<dra::DeviceMaker> mig_maker_;
+  mutable std::mutex mig_mu_;  // guards the two below; taken after publish_mu_ / the preparer's
+  std::vector<int> mig_gpus_;  // NVML indices of the dynamic GPUs
+  std::vector<dra::OrphanInstance> mig_orphans_;
   health::XidPolicy dra_policy_;               // which conditions need a reset (NoExecute taints)
   // dra_base_'s device names → UUIDs for the metrics collector's thread.
   mutable std::mutex dra_names_mu_;

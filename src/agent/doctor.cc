@@ -19,6 +19,7 @@
 #include "common/read_file.h"
 #include "deviceplugin/cdi_driver.h"
 #include "dra/checkpoint.h"
+#include "dra/nvml_mig_control.h"
 #include "health/monitor.h"
 #include "kube/client.h"
 #include "kube/config.h"
@@ -553,6 +554,45 @@ void CheckDra(const config::Config& cfg, const DoctorOptions& options, Findings&
   }
 }
 
+// Dynamic MIG (issue 26): MIG instances on the dynamic GPUs that no
+// prepared claim holds (the agent destroys them only with
+// danqing.draDynamicMigDestroyOrphans).
+void CheckDynamicMig(const config::Config& cfg, const BackendFactory& factory, Findings& f) {
+  if (cfg.danqing.mode == "device-plugin" || cfg.danqing.dra_dynamic_mig.empty()) return;
+  auto control = dra::NvmlMigControl::Open(NvmlLibraryFor(cfg));
+  auto backend = factory(cfg);
+  auto inv = backend.ok() ? (*backend)->Discover() : Result<gpu::NodeInventory>(backend.status());
+  if (!control.ok() || !inv.ok()) {
+    f.Add(Level::kWarn, "dynamic MIG orphans",
+          (control.ok() ? inv.status() : control.status()).message(),
+          "see the NVIDIA driver check above");
+    return;
+  }
+  std::vector<int> indices;
+  for (const auto& g : inv->gpus) indices.push_back(g.index);
+  auto state = dra::DynamicMig::LoadState(DynamicMigStateFile(cfg));
+  auto claims = dra::Checkpoint(cfg.danqing.dra_checkpoint_dir).Load();
+  std::map<std::string, std::vector<dra::MigInstance>> held;
+  if (state.ok()) {
+    for (const auto& [uid, list] : *state) {
+      if (!claims.ok() || claims->contains(uid)) held[uid] = list;
+    }
+  }
+  const auto orphans =
+      dra::FindOrphanInstances(std::shared_ptr<dra::MigControl>(std::move(*control)),
+                               DynamicMigConfigFrom(cfg), held, indices);
+  if (orphans.empty()) {
+    f.Add(Level::kOk, "dynamic MIG orphans",
+          "every MIG instance on the dynamic GPUs is held by a prepared claim");
+    return;
+  }
+  std::string detail;
+  for (const auto& o : orphans) detail += (detail.empty() ? "" : "; ") + dra::DescribeOrphan(o);
+  f.Add(Level::kWarn, "dynamic MIG orphans", detail,
+        "destroy them with nvidia-smi mig -dci/-dgi, or set danqing.draDynamicMigDestroyOrphans "
+        "and restart the agent");
+}
+
 }  // namespace
 
 std::vector<Finding> RunDoctor(const Result<config::Config>& config, const BackendFactory& factory,
@@ -574,6 +614,7 @@ std::vector<Finding> RunDoctor(const Result<config::Config>& config, const Backe
   CheckKubelet(cfg, f);
   CheckCdi(cfg, options, f);
   CheckDra(cfg, options, f);
+  CheckDynamicMig(cfg, factory, f);
   return f.list;
 }
 

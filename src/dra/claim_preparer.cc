@@ -190,9 +190,30 @@ void ClaimPreparer::ReleaseSliceLocked(const PreparedClaim& c) {
   }
 }
 
+void ClaimPreparer::UnmakeLocked(const std::string& uid, const std::vector<std::string>& names) {
+  if (maker_ == nullptr) return;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    if (Status s = maker_->Unmake(uid, *it); !s.ok())
+      spdlog::error("dra: claim {}: undoing device {}: {}", uid, *it, s.message());
+  }
+}
+
+const NodeDevice* ClaimPreparer::NodeOfPrepared(const std::string& uid, const PreparedDevice& d,
+                                                std::deque<NodeDevice>* made) {
+  if (maker_ != nullptr && d.pool == maker_->pool() && maker_->Makes(d.device)) {
+    auto nd = maker_->Make(uid, d.device);
+    if (!nd.ok()) return nullptr;
+    made->push_back(std::move(*nd));
+    return &made->back();
+  }
+  return devices_->Find(d.device);
+}
+
 Result<PreparedClaim> ClaimPreparer::PrepareLocked(const ClaimRef& ref,
                                                    const ClaimAllocation& alloc,
-                                                   std::vector<const NodeDevice*>* nodes) {
+                                                   std::vector<const NodeDevice*>* nodes,
+                                                   std::deque<NodeDevice>* made,
+                                                   std::vector<std::string>* made_names) {
   if (alloc.uid != ref.uid) {
     return NotFound("the claim read has UID " + Printable(alloc.uid) + ", not " +
                     Printable(ref.uid));
@@ -230,11 +251,35 @@ Result<PreparedClaim> ClaimPreparer::PrepareLocked(const ClaimRef& ref,
   for (const auto& ad : alloc.devices) {
     if (ad.driver != options_.driver_name) continue;
     const std::string what = "device " + Printable(ad.pool) + "/" + Printable(ad.device);
-    if (ad.pool != devices_->pool) {
+    const bool maker_pool = maker_ != nullptr && ad.pool == maker_->pool();
+    if (ad.pool != devices_->pool && !maker_pool) {
       return FailedPrecondition(what + " is not this node's (this node's pool is " +
                                 Printable(devices_->pool) + ")");
     }
-    const NodeDevice* nd = devices_->Find(ad.device);
+    const NodeDevice* nd = nullptr;
+    const bool make = maker_pool && maker_->Makes(ad.device);
+    const bool again =
+        make && std::find(made_names->begin(), made_names->end(), ad.device) != made_names->end();
+    if (make && !again) {
+      auto m = maker_->Make(ref.uid, ad.device);
+      if (!m.ok()) return m.status();
+      made->push_back(std::move(*m));
+      made_names->push_back(ad.device);
+      nd = &made->back();
+      // The parent GPU's health, as the DeviceTable knows it.
+      for (const auto& [name, other] : devices_->devices) {
+        if (other.device.gpu_uuid == nd->device.gpu_uuid && !other.device.healthy) {
+          return FailedPrecondition(what + " (GPU " + nd->device.gpu_uuid +
+                                    ") is unhealthy: " + other.device.unhealthy_reason);
+        }
+      }
+    } else if (again) {
+      for (const auto& m : *made) {
+        if (m.name == ad.device) nd = &m;
+      }
+    } else {
+      nd = devices_->Find(ad.device);
+    }
     if (nd == nullptr) return NotFound(what + " is unknown on this node");
     if (!nd->device.healthy) {
       return FailedPrecondition(what + " (" + nd->device.device_uuid +
@@ -300,8 +345,9 @@ Result<PreparedClaim> ClaimPreparer::PrepareOne(const ClaimRef& ref) {
       std::error_code ec;
       if (!std::filesystem::exists(ClaimSpecPath(options_.cdi, ref.uid), ec)) {
         std::vector<const NodeDevice*> nodes;
+        std::deque<NodeDevice> made;
         for (const auto& d : it->second.devices) {
-          if (const NodeDevice* nd = devices_->Find(d.device)) nodes.push_back(nd);
+          if (const NodeDevice* nd = NodeOfPrepared(ref.uid, d, &made)) nodes.push_back(nd);
         }
         Status s = nodes.size() == it->second.devices.size()
                        ? WriteClaimSpec(options_.cdi, it->second, nodes, options_.writer)
@@ -326,8 +372,11 @@ Result<PreparedClaim> ClaimPreparer::PrepareOne(const ClaimRef& ref) {
     if (auto it = prepared_.find(ref.uid); it != prepared_.end())
       return it->second;  // prepared meanwhile
     std::vector<const NodeDevice*> nodes;
-    auto built = PrepareLocked(ref, *alloc, &nodes);
+    std::deque<NodeDevice> made;
+    std::vector<std::string> made_names;
+    auto built = PrepareLocked(ref, *alloc, &nodes, &made, &made_names);
     if (!built.ok()) {
+      UnmakeLocked(ref.uid, made_names);
       ++stats_.prepare_errors;
       Status named = built.status().WithContext("claim " + ClaimLabel(ref));
       spdlog::warn("dra: prepare: {}", named.message());
@@ -348,6 +397,7 @@ Result<PreparedClaim> ClaimPreparer::PrepareOne(const ClaimRef& ref) {
       if (!s.ok()) ReleaseSliceLocked(c);
     }
     if (!s.ok()) {
+      UnmakeLocked(ref.uid, made_names);
       ++stats_.prepare_errors;
       Status named = s.WithContext("claim " + ClaimLabel(ref));
       spdlog::error("dra: prepare: {}", named.message());
@@ -379,6 +429,19 @@ Status ClaimPreparer::UnprepareOne(const ClaimRef& ref) {
       return Status::Ok();
     }
     PreparedClaim c = it->second;
+    // Made devices go first: one that cannot be unmade keeps the claim
+    // prepared (the kubelet calls again).
+    if (maker_ != nullptr) {
+      for (const auto& d : c.devices) {
+        if (d.pool != maker_->pool() || !maker_->Makes(d.device)) continue;
+        if (Status s = maker_->Unmake(ref.uid, d.device); !s.ok()) {
+          ++stats_.unprepare_errors;
+          Status named = s.WithContext("claim " + ClaimLabel(ref) + ": device " + d.device);
+          spdlog::error("dra: unprepare: {}", named.message());
+          return named;
+        }
+      }
+    }
     prepared_.erase(it);
     if (Status s = checkpoint_.Save(prepared_); !s.ok()) {
       prepared_[c.uid] = std::move(c);

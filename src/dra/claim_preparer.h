@@ -34,6 +34,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -63,6 +64,24 @@ class TimeSlicer {
   // all the same, time-sliced at the driver's default, and a warning logged);
   // any other error fails the prepare.
   virtual Status Set(const std::string& gpu_uuid, TimeSlice slice) = 0;
+};
+
+// Devices made when a claim is prepared and unmade when it is unprepared
+// (dynamic MIG: the agent's adapter over dynamic_mig.h), for the devices of
+// one pool of this node. Make is idempotent per (claim, device): a repeat
+// gives the same node device; Unmake of what is not made is OK.
+class DeviceMaker {
+ public:
+  virtual ~DeviceMaker() = default;
+  // The pool whose devices it makes ("<node>-mig").
+  virtual std::string pool() const = 0;
+  // Whether `device` of that pool is made at prepare (a placement); others
+  // of the pool are looked up in the DeviceTable (static MIG instances).
+  virtual bool Makes(const std::string& device) const = 0;
+  // The device made for the claim (its GPU's health is checked before).
+  // Errors name the device.
+  virtual Result<NodeDevice> Make(const std::string& claim_uid, const std::string& device) = 0;
+  virtual Status Unmake(const std::string& claim_uid, const std::string& device) = 0;
 };
 
 struct ClaimRef {
@@ -111,6 +130,12 @@ class ClaimPreparer {
   PreparerStats stats() const;
   const PreparerOptions& options() const { return options_; }
 
+  // Devices of maker->pool() are made and unmade through `maker` (must
+  // outlive the preparer; set before Restore and any prepare). A device made
+  // for a claim whose prepare then fails (a later device, the CDI spec, the
+  // checkpoint) is unmade again.
+  void SetDeviceMaker(DeviceMaker* maker) { maker_ = maker; }
+
   // Called (without the lock) after the prepared set or the devices change:
   // the health stream listens. Set before any other call.
   void OnChange(std::function<void()> f) { on_change_ = std::move(f); }
@@ -123,8 +148,18 @@ class ClaimPreparer {
   };
   Result<PreparedClaim> PrepareOne(const ClaimRef& ref);
   Status UnprepareOne(const ClaimRef& ref);
+  // `made` gets the node devices maker_ made (their names in `made_names`),
+  // also on error: the caller unmakes them.
   Result<PreparedClaim> PrepareLocked(const ClaimRef& ref, const ClaimAllocation& alloc,
-                                      std::vector<const NodeDevice*>* nodes);
+                                      std::vector<const NodeDevice*>* nodes,
+                                      std::deque<NodeDevice>* made,
+                                      std::vector<std::string>* made_names);
+  // Unmakes `names` of claim `uid` (errors logged).
+  void UnmakeLocked(const std::string& uid, const std::vector<std::string>& names);
+  // The node device of a prepared device: the DeviceTable's, or maker_'s
+  // (again, idempotent) into `made`.
+  const NodeDevice* NodeOfPrepared(const std::string& uid, const PreparedDevice& d,
+                                   std::deque<NodeDevice>* made);
   Status ApplySliceLocked(const PreparedClaim& c, bool restoring);
   void ReleaseSliceLocked(const PreparedClaim& c);
   void Changed();
@@ -134,6 +169,7 @@ class ClaimPreparer {
   TimeSlicer* const slicer_;
   Checkpoint checkpoint_;
   std::function<void()> on_change_;
+  DeviceMaker* maker_ = nullptr;
 
   mutable std::mutex mu_;
   std::map<std::string, PreparedClaim> prepared_;  // guarded by mu_, by UID

@@ -132,6 +132,15 @@ class NodePlugin::Services {
         if (seen.count(key)) continue;
         seen[key] = true;
         const NodeDevice* nd = d.pool == devices->pool ? devices->Find(d.device) : nullptr;
+        if (nd == nullptr && d.pool != devices->pool && !d.gpu_uuid.empty()) {
+          // A device made at prepare (dynamic MIG's pool): its parent GPU's
+          // health, as the devices of that GPU in the table carry it.
+          for (const auto& [name, other] : devices->devices) {
+            if (other.device.gpu_uuid != d.gpu_uuid) continue;
+            nd = &other;
+            if (!other.device.healthy) break;
+          }
+        }
         Known k;
         if (nd == nullptr) {
           k.health = v1alpha1::UNKNOWN;

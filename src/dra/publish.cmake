@@ -10,5 +10,5 @@ add_library(danqing_dra_publish
   ${CMAKE_CURRENT_LIST_DIR}/claim_reader.cc)
 target_include_directories(danqing_dra_publish PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(danqing_dra_publish
-  PUBLIC danqing_dra_node danqing_kube danqing_gpu danqing_health danqing_metrics_registry nlohmann_json::nlohmann_json
+  PUBLIC danqing_dra_node danqing_dra_dynamic_mig danqing_kube danqing_gpu danqing_health danqing_metrics_registry nlohmann_json::nlohmann_json
   PRIVATE spdlog::spdlog Threads::Threads)

@@ -102,6 +102,14 @@ std::string TaintKey(const std::string& device, const Taint& t) {
   return device + "|" + t.key + "|" + t.value + "|" + t.effect;
 }
 
+// The dynamic-MIG pool's options for this node's slice options.
+DynamicSliceOptions MigOptions(const SliceOptions& o) {
+  DynamicSliceOptions m;
+  m.driver = o.driver;
+  m.node_name = o.node_name;
+  return m;
+}
+
 bool ValidDriver(const std::string& d) {
   if (d.empty() || d.size() > 63) return false;
   for (const char c : d) {
@@ -164,6 +172,13 @@ void Publisher::Rebuild() {
   kube::Json all = kube::Json::array();
   for (const auto& d : devices) all.push_back(DeviceJson(d));
   std::string key = all.dump();
+  if (!mig_gpus_.empty()) {
+    // The MIG pool's content (generation 0: it does not take part in the key).
+    key += '\n';
+    for (const auto& sl :
+         BuildDynamicMigSlices(mig_gpus_, mig_owned_, 0, MigOptions(options_.slices)))
+      key += sl.dump();
+  }
   if (key == desired_key_ && desired_version_ > 0) return;
   if (published_version_ == desired_version_) desired_since_ = std::chrono::steady_clock::now();
   desired_ = std::move(devices);
@@ -179,6 +194,24 @@ void Publisher::Update(const gpu::NodeInventory& inventory, const DeviceConditio
   conditions_ = conditions;
   have_inventory_ = true;
   Rebuild();
+}
+
+void Publisher::SetDynamicMig(std::vector<MigGpuSpec> gpus,
+                              std::map<std::string, std::set<uint32_t>> owned_by_gpu) {
+  std::lock_guard lock(mu_);
+  mig_gpus_ = std::move(gpus);
+  mig_owned_ = std::move(owned_by_gpu);
+  if (have_inventory_) Rebuild();
+}
+
+std::vector<kube::Json> Publisher::AllSlices(const std::vector<SliceDevice>& devices,
+                                             int64_t gen) const {
+  std::vector<kube::Json> out = BuildSlices(devices, gen, options_.slices);
+  if (!mig_gpus_.empty()) {
+    for (auto& sl : BuildDynamicMigSlices(mig_gpus_, mig_owned_, gen, MigOptions(options_.slices)))
+      out.push_back(std::move(sl));
+  }
+  return out;
 }
 
 void Publisher::SetConditions(const DeviceConditions& conditions) {
@@ -391,7 +424,7 @@ Status Publisher::Reconcile() {
 
     // Adopt what the server holds when it already says this (a restart).
     if (published_key_.empty() && max_existing > 0) {
-      auto candidate = BuildSlices(devices, max_existing, options_.slices);
+      auto candidate = AllSlices(devices, max_existing);
       bool same = candidate.size() == existing.size();
       for (const auto& s : candidate) {
         auto it = existing.find(NameOf(s));
@@ -404,7 +437,7 @@ Status Publisher::Reconcile() {
     }
     content_changed = key != published_key_;
     gen = content_changed ? std::max(generation_, max_existing) + 1 : generation_;
-    slices = BuildSlices(devices, gen, options_.slices);
+    slices = AllSlices(devices, gen);
   }
 
   std::set<std::string> wanted;

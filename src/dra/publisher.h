@@ -23,6 +23,11 @@
 // danqing_dra_slice_publish_duration_seconds, danqing_dra_slice_repairs_total,
 // danqing_dra_slice_generation).
 //
+// Dynamic MIG (issue 26): SetDynamicMig adds this node's second pool,
+// "<node>-mig" (dynamic_mig.h: counter sets and placement devices), published
+// and adopted with the main pool, at the same generation number (a pool's
+// generation only has to grow; both grow when either changes).
+//
 // Taints carry timeAdded: the time this publisher first saw the condition
 // (kept while the condition lasts, so a republication does not move it).
 //
@@ -37,11 +42,13 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "dra/dynamic_mig.h"
 #include "dra/slices.h"
 #include "gpu/types.h"
 #include "kube/client.h"
@@ -88,6 +95,11 @@ class Publisher {
   void Update(const gpu::NodeInventory& inventory, const DeviceConditions& conditions);
   // Health only (the inventory given last is kept).
   void SetConditions(const DeviceConditions& conditions);
+  // The dynamic-MIG GPUs as they are now and the GPU instances prepared
+  // claims created on them (by GPU UUID; they stay placement devices). No
+  // GPUs: no "<node>-mig" pool (its slices are deleted).
+  void SetDynamicMig(std::vector<MigGpuSpec> gpus,
+                     std::map<std::string, std::set<uint32_t>> owned_by_gpu);
 
   PublisherStatus status() const;
   // Blocks until the newest desired state is published and no pass is due
@@ -107,6 +119,8 @@ class Publisher {
   Status DeleteSlice(const std::string& name);
   void StoreLocked(const std::string& name, kube::Json obj);  // mu_ held
   void Rebuild();  // desired_ from inventory_ + conditions_ (mu_ held)
+  // All slices of generation `gen`: the main pool's, then the MIG pool's (mu_ held).
+  std::vector<kube::Json> AllSlices(const std::vector<SliceDevice>& devices, int64_t gen) const;
   std::string SlicesPath() const;
   kube::Query Selector() const;
 
@@ -119,6 +133,8 @@ class Publisher {
   gpu::NodeInventory inventory_;
   DeviceConditions conditions_;
   std::vector<SliceDevice> desired_;  // taints without time
+  std::vector<MigGpuSpec> mig_gpus_;  // dynamic MIG (SetDynamicMig)
+  std::map<std::string, std::set<uint32_t>> mig_owned_;
   std::string desired_key_;           // desired_ as JSON text
   uint64_t desired_version_ = 0;
   std::chrono::steady_clock::time_point desired_since_{};  // first unpublished change

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "common/read_file.h"
@@ -310,6 +311,98 @@ TEST_F(PreparerTest, ConcurrentPreparesOnOneGpuAreSafe) {
   ASSERT_TRUE(loaded.ok());
   EXPECT_EQ(loaded->size(), static_cast<size_t>(kClaims));
   EXPECT_EQ(p->Prepared().at("u3").devices[0].cdi_ids[0], "gpu.danqing.io/claim=u3-gpu-0-share-3");
+}
+
+// Devices made at prepare (dynamic MIG's placements, through the agent's
+// DeviceMaker): made once, unmade at unprepare and on every failure after.
+class FakeMaker : public DeviceMaker {
+ public:
+  std::string pool() const override { return "node-a-mig"; }
+  bool Makes(const std::string& device) const override {
+    return device.find("-at-") != std::string::npos;
+  }
+  Result<NodeDevice> Make(const std::string& uid, const std::string& device) override {
+    ++makes;
+    if (device.find("-bad-") != std::string::npos)
+      return ResourceExhausted("device " + device + ": placement taken");
+    made.insert(uid + "|" + device);
+    NodeDevice n;
+    n.name = device;
+    n.device.id = "MIG-" + device;
+    n.device.device_uuid = n.device.id;
+    n.device.gpu_uuid = "GPU-1";
+    n.device.minor = 1;
+    return n;
+  }
+  Status Unmake(const std::string& uid, const std::string& device) override {
+    if (unmake_fails) return FailedPrecondition("nvmlGpuInstanceDestroy: In use");
+    made.erase(uid + "|" + device);
+    return Status::Ok();
+  }
+  int makes = 0;
+  bool unmake_fails = false;
+  std::set<std::string> made;
+};
+
+TEST_F(PreparerTest, MadeDevicesAreMadeOnceAndUnmadeOnUnprepare) {
+  auto p = Make();
+  FakeMaker maker;
+  p->SetDeviceMaker(&maker);
+  source_.Put(Claim("m", "um", {"gpu-1-mig-1g10gb-at-6"}, "node-a-mig"));
+  auto r = p->Prepare({"default", "m", "um"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->devices[0].pool, "node-a-mig");
+  EXPECT_EQ(r->devices[0].gpu_uuid, "GPU-1");
+  EXPECT_EQ(maker.made, (std::set<std::string>{"um|gpu-1-mig-1g10gb-at-6"}));
+  ASSERT_TRUE(std::filesystem::exists(SpecPath("um")));
+  // A repeat answers from the checkpoint: nothing made again.
+  ASSERT_TRUE(p->Prepare({"default", "m", "um"}).ok());
+  EXPECT_EQ(maker.makes, 1);
+  // Its spec lost: written again from the (idempotent) maker.
+  std::filesystem::remove(SpecPath("um"));
+  ASSERT_TRUE(p->Prepare({"default", "m", "um"}).ok());
+  EXPECT_TRUE(std::filesystem::exists(SpecPath("um")));
+  // NVML refuses the destroy: the claim stays prepared for the kubelet's retry.
+  maker.unmake_fails = true;
+  Status s = p->Unprepare({"default", "m", "um"});
+  EXPECT_NE(s.message().find("gpu-1-mig-1g10gb-at-6"), std::string::npos) << s.message();
+  EXPECT_EQ(p->Prepared().count("um"), 1u);
+  maker.unmake_fails = false;
+  ASSERT_TRUE(p->Unprepare({"default", "m", "um"}).ok());
+  EXPECT_TRUE(maker.made.empty());
+  EXPECT_TRUE(p->Prepared().empty());
+}
+
+TEST_F(PreparerTest, MadeDevicesAreUnmadeWhenTheClaimFailsLater) {
+  auto p = Make();
+  FakeMaker maker;
+  p->SetDeviceMaker(&maker);
+  // A later device of the claim fails: the first one's instance goes again.
+  source_.Put(Claim("two", "u2", {"gpu-1-mig-1g10gb-at-0", "gpu-1-mig-bad-at-1"}, "node-a-mig"));
+  auto r = p->Prepare({"default", "two", "u2"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("default/two (u2)"), std::string::npos);
+  EXPECT_NE(r.status().message().find("gpu-1-mig-bad-at-1"), std::string::npos);
+  EXPECT_TRUE(maker.made.empty());
+  // A device of another pool that is not a placement: unknown.
+  source_.Put(Claim("odd", "uo", {"gpu-1-mig-1g10gb-at-0", "gpu-7"}, "node-a-mig"));
+  EXPECT_FALSE(p->Prepare({"default", "odd", "uo"}).ok());
+  EXPECT_TRUE(maker.made.empty());
+  // A full disk at the spec/checkpoint write.
+  source_.Put(Claim("disk", "ud", {"gpu-1-mig-1g10gb-at-0"}, "node-a-mig"));
+  disk_full_ = true;
+  EXPECT_FALSE(p->Prepare({"default", "disk", "ud"}).ok());
+  EXPECT_TRUE(maker.made.empty());
+  disk_full_ = false;
+  // The parent GPU unhealthy: refused, nothing left.
+  p->SetDevices(WithHealth(*Gpus(4), {{"GPU-1", "xid-79"}}));
+  auto sick = p->Prepare({"default", "disk", "ud"});
+  ASSERT_FALSE(sick.ok());
+  EXPECT_NE(sick.status().message().find("xid-79"), std::string::npos) << sick.status().message();
+  EXPECT_TRUE(maker.made.empty());
+  p->SetDevices(Gpus(4));
+  ASSERT_TRUE(p->Prepare({"default", "disk", "ud"}).ok());
+  EXPECT_EQ(maker.made.size(), 1u);
 }
 
 }  // namespace

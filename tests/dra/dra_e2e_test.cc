@@ -12,17 +12,22 @@
 //   * a MIG re-partition (and reload) is a new pool generation; split mode
 //     publishes only its DRA GPUs
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/doctor.h"
 #include "config/config.h"
+#include "dra/nvml_mig_control.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
 #include "testing/kubelet/kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -43,7 +48,9 @@ constexpr char kTaintKey[] = "gpu.danqing.io/unhealthy";
 std::vector<json> NodeSlices(const std::vector<json>& all) {
   std::vector<json> out;
   for (const auto& s : all) {
-    if (s["spec"].value("nodeName", "") == kNode && s["spec"].value("driver", "") == kDriver)
+    const json& spec = s.at("spec");
+    if (spec.contains("nodeName") && spec.at("nodeName") == kNode && spec.contains("driver") &&
+        spec.at("driver") == kDriver)
       out.push_back(s);
   }
   return out;
@@ -51,6 +58,7 @@ std::vector<json> NodeSlices(const std::vector<json>& all) {
 
 const json* FindDevice(const std::vector<json>& slices, const std::string& name) {
   for (const auto& s : slices) {
+    if (!s["spec"].contains("devices")) continue;  // a slice of counter sets
     for (const auto& d : s["spec"]["devices"]) {
       if (d["name"] == name) return &d;
     }
@@ -531,6 +539,262 @@ TEST_F(DraE2eTest, TheBinaryPublishesWithAKubeconfigAndRefusesABadOne) {
   EXPECT_EQ(Prepare("by-binary", Uid(claim)).error(), "");
   EXPECT_TRUE(agent.Signal(SIGTERM));
   EXPECT_EQ(agent.Wait(10'000), 0) << agent.Output();
+}
+
+// Dynamic MIG (issue 26) through the wired agent: GPU 2 in MIG mode with
+// nothing on it, listed in danqing.draDynamicMig.
+json FakeMigDevices(const testing::FakeNode& node, int gpu) {
+  const std::string out = node.Control(R"({"cmd":"get","gpu":)" + std::to_string(gpu) + "}");
+  const json reply = json::parse(out, nullptr, false);
+  if (!reply.is_object() || !reply.contains("gpu") || !reply["gpu"].contains("mig")) {
+    ADD_FAILURE() << "fake NVML get: " << out;
+    return json::array();
+  }
+  return reply["gpu"]["mig"].value("devices", json::array());
+}
+
+// The slices of one pool (all of this node and driver in these tests).
+std::vector<json> PoolSlices(const std::vector<json>& all, const std::string& pool) {
+  std::vector<json> out;
+  for (const auto& s : all) {
+    if (s.at("spec").at("pool").at("name") == pool) out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<json> MigPoolSlices(const std::vector<json>& all) {
+  return PoolSlices(all, std::string(kNode) + "-mig");
+}
+
+TEST_F(DraE2eTest, DynamicMigPlacementIsPublishedCutAtPrepareAndDestroyedAtUnprepare) {
+  testing::FakeNode node("a100-mig-mixed");
+  config::Config cfg = Config();
+  cfg.danqing.dra_dynamic_mig = {"2"};
+  StartAgent(nullptr, cfg);
+  ASSERT_NE(agent_->dynamic_mig(), nullptr);
+  // GPU 2's two static 3g.40gb instances are orphans to dynamic MIG: reported, kept.
+  EXPECT_EQ(agent_->dynamic_mig_orphans().size(), 2U);
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 2U);
+  // The operator empties GPU 2 (MIG mode stays on); the reload that follows
+  // the MIG config change (main's, here the test's) republishes.
+  node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})");
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  const std::string placement = "gpu-2-mig-1g10gb-at-6";
+  // The MIG pool: GPU 2's counter set and its placements, each consuming
+  // counters; the static pool keeps the other GPUs and none of GPU 2.
+  ASSERT_TRUE(WaitSlices([&](const auto& all) {
+    return FindDevice(MigPoolSlices(all), placement) != nullptr;
+  })) << json(api_->server->Slices()).dump();
+  auto all = api_->server->Slices();
+  const auto mig_pool = MigPoolSlices(all);
+  bool counters = false;
+  for (const auto& s : mig_pool) {
+    if (!s["spec"].contains("sharedCounters")) continue;
+    for (const auto& set : s["spec"]["sharedCounters"]) counters |= set["name"] == "gpu-2-mig";
+  }
+  EXPECT_TRUE(counters) << json(mig_pool).dump();
+  const json* offered = FindDevice(mig_pool, placement);
+  ASSERT_NE(offered, nullptr);
+  EXPECT_EQ((*offered)["consumesCounters"][0]["counterSet"], "gpu-2-mig");
+  EXPECT_TRUE((*offered)["attributes"]["dynamic"]["bool"].get<bool>());
+  const std::vector<json> static_pool = PoolSlices(all, kNode);
+  ASSERT_FALSE(static_pool.empty());
+  for (const auto& s : static_pool) {
+    for (const auto& d : s["spec"]["devices"])
+      EXPECT_NE(d["name"].get<std::string>().rfind("gpu-2-", 0), 0U) << d["name"];
+  }
+  EXPECT_NE(FindDevice(static_pool, "gpu-0-mig-1g10gb-9-0"), nullptr);
+
+  // The scheduler allocates the placement; the kubelet prepares it.
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  const std::string pool = std::string(kNode) + "-mig";
+  const json claim = Allocate("cut", {placement}, pool);
+  const std::string uid = Uid(claim);
+  auto c = Prepare("cut", uid);
+  ASSERT_EQ(c.error(), "");
+  ASSERT_EQ(c.devices_size(), 1);
+  EXPECT_EQ(c.devices(0).pool_name(), pool);
+  EXPECT_EQ(c.devices(0).cdi_device_ids(0), "gpu.danqing.io/claim=" + uid + "-" + placement);
+  json made = FakeMigDevices(node, 2);
+  ASSERT_EQ(made.size(), 1U) << made.dump();
+  EXPECT_EQ(made[0]["placement_start"], 6);
+  EXPECT_EQ(agent_->dynamic_mig()->Held().at(uid).at(0).mig_uuid, made[0]["uuid"]);
+  // The CDI device is the claim's placement on the parent's /dev/nvidia2
+  // (the nvidia-cap nodes come from /proc/driver/nvidia-caps/mig-minors,
+  // absent here: dynamic_mig_test covers them).
+  const json spec = json::parse(std::ifstream(SpecPath(uid)));
+  ASSERT_EQ(spec["devices"].size(), 1U) << spec.dump();
+  EXPECT_EQ(spec["devices"][0]["name"], uid + "-" + placement);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/nvidia2")
+      << spec.dump();
+  // A repeat: same CDI IDs, nothing created again.
+  EXPECT_EQ(Prepare("cut", uid).devices(0).cdi_device_ids(0), c.devices(0).cdi_device_ids(0));
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 1U);
+  // The instance's MIG config change does not take the placement off the offer.
+  ASSERT_TRUE(agent_->dra_publisher()->WaitSynced(10s));
+  EXPECT_NE(FindDevice(MigPoolSlices(api_->server->Slices()), placement), nullptr);
+
+  // A second claim at an overlapping placement fails, naming claim and device;
+  // nothing of it is left on the GPU.
+  const json clash = Allocate("clash", {"gpu-2-mig-3g40gb-at-4"}, pool);
+  const std::string err = Prepare("clash", Uid(clash)).error();
+  EXPECT_NE(err.find("ml/clash"), std::string::npos) << err;
+  EXPECT_NE(err.find("gpu-2-mig-3g40gb-at-4"), std::string::npos) << err;
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 1U);
+  // A claim whose second device fails gives back the instance of its first.
+  const json half = Allocate("half", {"gpu-2-mig-1g10gb-at-0", "gpu-9"}, pool);
+  EXPECT_NE(Prepare("half", Uid(half)).error(), "");
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 1U);
+
+  // The agent restarts: the prepared claim's instance is kept. (The test
+  // holds NVML open meanwhile: the fake's GPUs live while it is initialised,
+  // as a real GPU's instances outlive the agent.)
+  auto hold = dra::NvmlMigControl::Open(testing::FakeNvmlLibrary());
+  ASSERT_TRUE(hold.ok()) << hold.status().message();
+  agent_->Stop();
+  agent_.reset();
+  StartAgent(nullptr, cfg);
+  ASSERT_EQ(FakeMigDevices(node, 2).size(), 1U);
+  EXPECT_TRUE(agent_->dynamic_mig_orphans().empty());
+  EXPECT_EQ(agent_->dynamic_mig()->Held().count(uid), 1U);
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 2, 10s));
+
+  // Unprepare destroys it.
+  EXPECT_EQ(Unprepare("cut", uid), "");
+  EXPECT_EQ(FakeMigDevices(node, 2).size(), 0U);
+  EXPECT_TRUE(agent_->dynamic_mig()->Held().empty());
+}
+
+// The lines of /metrics for MIG devices of GPU `gpu` with `profile`.
+std::vector<std::string> MigMetricLines(int port, int gpu, const std::string& profile) {
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/metrics");
+  std::vector<std::string> out;
+  if (!r || r->status != 200) {
+    ADD_FAILURE() << "GET /metrics failed";
+    return out;
+  }
+  std::istringstream in(r->body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("DCGM_FI_", 0) == 0 &&
+        line.find("gpu=\"" + std::to_string(gpu) + "\"") != std::string::npos &&
+        line.find("GPU_I_PROFILE=\"" + profile + "\"") != std::string::npos)
+      out.push_back(line);
+  }
+  return out;
+}
+
+TEST_F(DraE2eTest, DynamicMigInstanceIsInMetricsAfterTheReloadItsEventAsksFor) {
+  testing::FakeNode node("a100-mig-mixed");
+  config::Config cfg = Config();
+  cfg.danqing.dra_dynamic_mig = {"2"};
+  cfg.danqing.metrics_addr = "127.0.0.1:0";
+  auto client = agent::ApiClientFor(cfg);
+  ASSERT_TRUE(client.ok() && *client != nullptr);
+  client_ = std::move(client).value();
+  // main re-runs Reload when the agent asks (a MIG config change); the test too.
+  std::atomic<int> asked{0};
+  agent_ = std::make_unique<agent::Agent>(
+      agent::NvmlBackendFactory(), [&asked] { ++asked; }, agent::ApiClaimSourceFactory(*client_),
+      agent::ApiLink{client_.get(), 20ms, 200ms});
+  ASSERT_TRUE(agent_->Start(cfg).ok());
+  node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})");
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  const int port = agent_->metrics_port();
+  ASSERT_GT(port, 0);
+  EXPECT_TRUE(MigMetricLines(port, 2, "1g.10gb").empty());
+  EXPECT_TRUE(MigMetricLines(port, 2, "3g.40gb").empty()) << "the reload's layout is scraped";
+
+  const std::string placement = "gpu-2-mig-1g10gb-at-6";
+  ASSERT_TRUE(WaitSlices(
+      [&](const auto& all) { return FindDevice(MigPoolSlices(all), placement) != nullptr; }));
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  const int before = asked.load();
+  const json claim = Allocate("metered", {placement}, std::string(kNode) + "-mig");
+  ASSERT_EQ(Prepare("metered", Uid(claim)).error(), "");
+  const uint32_t gi = agent_->dynamic_mig()->Held().at(Uid(claim)).at(0).gpu_instance_id;
+  // The instance's creation is a MIG config change: the agent asks for the
+  // reload, after which one scrape shows the instance.
+  for (int i = 0; i < 200 && asked.load() == before; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_GT(asked.load(), before) << "no MIG config change event after the create";
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  const auto lines = MigMetricLines(port, 2, "1g.10gb");
+  ASSERT_FALSE(lines.empty());
+  for (const auto& l : lines)
+    EXPECT_NE(l.find("GPU_I_ID=\"" + std::to_string(gi) + "\""), std::string::npos) << l;
+  // Its health rides the parent GPU's in the kubelet's health stream.
+  ASSERT_TRUE(dra_kubelet_->WatchHealth(kDriver));
+  EXPECT_TRUE(dra_kubelet_->WaitForHealth(
+      [&](const v1alpha1::NodeWatchResourcesResponse& r) {
+        return r.devices_size() == 1 && r.devices(0).device().device_name() == placement &&
+               r.devices(0).health() == v1alpha1::HEALTHY;
+      },
+      10s));
+  // The placement is still offered after that reload (no republish loop drops it).
+  ASSERT_TRUE(agent_->dra_publisher()->WaitSynced(10s));
+  EXPECT_NE(FindDevice(MigPoolSlices(api_->server->Slices()), placement), nullptr);
+
+  EXPECT_EQ(Unprepare("metered", Uid(claim)), "");
+  ASSERT_TRUE(agent_->Reload(cfg).ok());
+  EXPECT_TRUE(MigMetricLines(port, 2, "1g.10gb").empty());
+}
+
+TEST_F(DraE2eTest, DoctorReportsDynamicMigOrphansButNotTheInstancesOfClaims) {
+  testing::FakeNode node("a100-mig-mixed");
+  // NVML held open for the test: the fake's GPUs keep what the test does to them.
+  auto hold = dra::NvmlMigControl::Open(testing::FakeNvmlLibrary());
+  ASSERT_TRUE(hold.ok()) << hold.status().message();
+  config::Config cfg = Config();
+  cfg.danqing.dra_dynamic_mig = {"2"};
+  auto orphans = [&cfg]() -> std::optional<agent::Finding> {
+    for (const auto& f : agent::RunDoctor(cfg, agent::NvmlBackendFactory())) {
+      if (f.check == "dynamic MIG orphans") return f;
+    }
+    return std::nullopt;
+  };
+  // GPU 2's two static 3g.40gb instances: no claim holds them.
+  auto found = orphans();
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->level, agent::Finding::Level::kWarn);
+  EXPECT_NE(found->detail.find("GPU 2: MIG 3g.40gb at memory slice 0"), std::string::npos)
+      << found->detail;
+  EXPECT_NE(found->detail.find("GPU 2: MIG 3g.40gb at memory slice 4"), std::string::npos)
+      << found->detail;
+  EXPECT_NE(found->fix.find("draDynamicMigDestroyOrphans"), std::string::npos);
+
+  // Emptied, then an instance made for a claim: held, so not an orphan.
+  node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})");
+  StartAgent(nullptr, cfg);
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistrations(kDriver, 1, 10s));
+  const json claim = Allocate("held", {"gpu-2-mig-2g20gb-at-2"}, std::string(kNode) + "-mig");
+  ASSERT_EQ(Prepare("held", Uid(claim)).error(), "");
+  ASSERT_EQ(FakeMigDevices(node, 2).size(), 1U);
+  found = orphans();
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->level, agent::Finding::Level::kOk) << found->detail;
+  // Without the DRA side the check is not run.
+  cfg.danqing.dra_dynamic_mig.clear();
+  EXPECT_FALSE(orphans().has_value());
+}
+
+TEST(DynamicMigGpus, OnlyDraServedGpusInMigModeAreDynamic) {
+  gpu::NodeInventory inv;
+  for (int i = 0; i < 4; ++i) {
+    gpu::Gpu g;
+    g.index = i;
+    g.uuid = "GPU-" + std::to_string(i);
+    g.mig_mode = i == 3 ? gpu::MigMode::kDisabled : gpu::MigMode::kEnabled;
+    inv.gpus.push_back(g);
+  }
+  const std::vector<std::string> dra = {"GPU-1", "GPU-2", "GPU-3"};
+  dra::DynamicMigConfig listed;
+  listed.gpus = {"0", "1", "GPU-3"};  // 0: the device plugin's; 3: not in MIG mode
+  EXPECT_EQ(agent::DynamicMigGpus(listed, inv, dra), (std::vector<int>{1}));
+  dra::DynamicMigConfig all;
+  all.gpus = {"all"};
+  EXPECT_EQ(agent::DynamicMigGpus(all, inv, dra), (std::vector<int>{1, 2}));
+  EXPECT_TRUE(agent::DynamicMigGpus(dra::DynamicMigConfig{}, inv, dra).empty());
 }
 
 TEST(DraApiClient, ComesFromTheKubeconfigOrThePodOrNothing) {

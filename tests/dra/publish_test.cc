@@ -4,6 +4,7 @@
 // server down and back, several slices, other nodes' slices untouched.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <thread>
 
 #include "dra/publisher.h"
@@ -111,6 +112,72 @@ TEST_F(PublishTest, PublishesThenAdoptsAfterRestart) {
   ASSERT_EQ(slices.size(), 1U);
   EXPECT_EQ(slices[0]["spec"]["devices"].size(), 3U);
   EXPECT_EQ(slices[0]["spec"]["pool"]["generation"], 2);
+}
+
+// Dynamic MIG's pool "<node>-mig" rides along: published, adopted after a
+// restart, kept when a claim's instance exists (owned), and deleted when no
+// dynamic GPU is left.
+TEST_F(PublishTest, DynamicMigPoolIsPublishedAdoptedAndWithdrawn) {
+  const MigGpuSpec gpu = A100_80GB(5, "GPU-dyn");
+  auto mig_slices = [this] {
+    std::vector<nlohmann::json> out;
+    for (const auto& s : NodeSlices(fx_->server->Slices())) {
+      if (s["spec"]["pool"]["name"] == "node-1-mig") out.push_back(s);
+    }
+    return out;
+  };
+  auto devices_of = [](const std::vector<nlohmann::json>& slices) {
+    std::set<std::string> names;
+    for (const auto& s : slices) {
+      if (!s["spec"].contains("devices")) continue;
+      for (const auto& d : s["spec"]["devices"]) names.insert(d["name"].get<std::string>());
+    }
+    return names;
+  };
+  {
+    Publisher p(*fx_->client, Options());
+    p.Update(Inventory(2), {});
+    p.SetDynamicMig({gpu}, {});
+    ASSERT_TRUE(p.Start().ok());
+    ASSERT_TRUE(p.WaitSynced(10s)) << p.status().last_error;
+    const auto mig = mig_slices();
+    ASSERT_EQ(mig.size(), 2U);  // the counter set, then 25 placements
+    EXPECT_EQ(mig[0]["spec"]["sharedCounters"][0]["name"], "gpu-5-mig");
+    EXPECT_EQ(devices_of(mig).size(), 25U);
+    EXPECT_EQ(mig[0]["spec"]["pool"]["generation"], 1);
+  }
+  // A restart with the same GPUs and instances writes nothing.
+  uint64_t writes = Writes();
+  Publisher p(*fx_->client, Options());
+  p.Update(Inventory(2), {});
+  p.SetDynamicMig({gpu}, {});
+  ASSERT_TRUE(p.Start().ok());
+  ASSERT_TRUE(p.WaitSynced(10s)) << p.status().last_error;
+  EXPECT_EQ(Writes(), writes);
+  EXPECT_EQ(p.status().generation, 1);
+  // A claim's instance at 1g.10gb placement 6: as an owned instance the
+  // placements stay as they were (no new generation); the same instance not
+  // owned would be a static one.
+  MigGpuSpec cut = gpu;
+  cut.instances.push_back({.profile_id = 19,
+                           .start = 6,
+                           .gpu_instance_id = 13,
+                           .compute_instance_id = 0,
+                           .uuid = "MIG-x"});
+  p.SetDynamicMig({cut}, {{"GPU-dyn", {13}}});
+  ASSERT_TRUE(p.WaitSynced(10s));
+  EXPECT_EQ(Writes(), writes);
+  EXPECT_TRUE(devices_of(mig_slices()).contains("gpu-5-mig-1g10gb-at-6"));
+  p.SetDynamicMig({cut}, {});
+  ASSERT_TRUE(p.WaitSynced(10s));
+  EXPECT_FALSE(devices_of(mig_slices()).contains("gpu-5-mig-1g10gb-at-6"));
+  EXPECT_EQ(p.status().generation, 2);
+  // No dynamic GPU left: the MIG pool's slices go, the node's pool stays.
+  writes = Writes();
+  p.SetDynamicMig({}, {});
+  ASSERT_TRUE(p.WaitSynced(10s));
+  EXPECT_TRUE(mig_slices().empty());
+  EXPECT_EQ(NodeSlices(fx_->server->Slices()).size(), 1U);
 }
 
 TEST_F(PublishTest, HealthTaintIsAddedAndRemoved) {

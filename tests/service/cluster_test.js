@@ -96,13 +96,16 @@ async function main() {
     // 2. A replica killed in the middle of its renders: its claimed jobs are
     // taken over after the claim timeout, and none is lost.
     ids = [];
-    for (let i = 0; i < 24; i++) {
+    // Enough jobs that every replica is still rendering when the victim is
+    // looked at, on a loaded machine too (24 were all done within the 1 s
+    // this looked before).
+    for (let i = 0; i < 36; i++) {
       const r = await submit(p, 'width=2048&height=1536');
       assert.strictEqual(r.status, 202, r.body);
       ids.push(r.json.id);
     }
     const victim = replicas[0];
-    for (let i = 0; i < 200; i++) {
+    for (let i = 0; i < 1000; i++) {
       if ((await metric(victim.port, 'danqing_renders_in_flight')) > 0) break;
       await sleep(5);
     }

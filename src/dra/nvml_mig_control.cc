@@ -89,7 +89,10 @@ unsigned SpanningCiProfile(unsigned slices) {
 
 Result<std::unique_ptr<NvmlMigControl>> NvmlMigControl::Open(const std::string& library_path) {
   auto api = std::make_unique<Api>();
-  api->handle = ::dlopen(library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // RTLD_NODELETE as the agent's own NVML handle (src/gpu/nvml_library.cc):
+  // the library's state outlives a dlclose instead of being unmapped under
+  // whatever still points into it.
+  api->handle = ::dlopen(library_path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (api->handle == nullptr) {
     const char* e = ::dlerror();
     return Unavailable("dynamic MIG: cannot open " + library_path + ": " +

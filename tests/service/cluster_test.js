@@ -99,8 +99,11 @@ async function main() {
     // Enough jobs that every replica is still rendering when the victim is
     // looked at, on a loaded machine too (24 were all done within the 1 s
     // this looked before).
+    // Where renders are slow (sanitizer builds) the global bound refuses some
+    // of them: the accepted ones are what must not be lost.
     for (let i = 0; i < 36; i++) {
       const r = await submit(p, 'width=2048&height=1536');
+      if (r.status === 429 && ids.length >= 12) break;
       assert.strictEqual(r.status, 202, r.body);
       ids.push(r.json.id);
     }

@@ -40,6 +40,45 @@ To Convert(const From& from) {
   return to;
 }
 
+// One claims call (NodePrepareResources or NodeUnprepareResources) to the
+// plugin `p` in the version it registered: the v1 request for `claims`, sent
+// as is to a v1 plugin (`call_v1`) or converted to v1beta1 (`call_v1beta1`,
+// the answer converted back); every claim must be answered.
+template <typename Request, typename BetaRequest, typename BetaResponse, typename Response,
+          typename CallV1, typename CallV1beta1>
+grpc::Status CallClaims(const std::optional<DraPluginInfo>& p, const std::string& driver,
+                        const char* method, std::chrono::milliseconds timeout,
+                        const std::vector<DraClaimRef>& claims, Response* out, CallV1 call_v1,
+                        CallV1beta1 call_v1beta1) {
+  if (!p)
+    return {grpc::StatusCode::FAILED_PRECONDITION, "DRA driver " + driver + " is not registered"};
+  Request req;
+  for (const auto& c : claims) {
+    auto* rc = req.add_claims();
+    rc->set_namespace_(c.ns);
+    rc->set_name(c.name);
+    rc->set_uid(c.uid);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(After(timeout));
+  grpc::Status s;
+  if (p->version == "v1.DRAPlugin") {
+    s = call_v1(p->endpoint, &ctx, req, out);
+  } else {
+    BetaResponse beta;
+    s = call_v1beta1(p->endpoint, &ctx, Convert<BetaRequest>(req), &beta);
+    *out = Convert<Response>(beta);
+  }
+  if (!s.ok()) return s;
+  for (const auto& c : claims) {
+    if (!out->claims().count(c.uid)) {
+      return {grpc::StatusCode::INTERNAL,
+              std::string(method) + " left claim " + c.uid + " unanswered"};
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 DraKubeletEmulator::DraKubeletEmulator(DraKubeletOptions options) : options_(std::move(options)) {}
@@ -217,71 +256,30 @@ bool DraKubeletEmulator::WaitForDeregistration(const std::string& driver,
 grpc::Status DraKubeletEmulator::Prepare(const std::string& driver,
                                          const std::vector<DraClaimRef>& claims,
                                          drav1::NodePrepareResourcesResponse* out) const {
-  auto p = Plugin(driver);
-  if (!p)
-    return {grpc::StatusCode::FAILED_PRECONDITION, "DRA driver " + driver + " is not registered"};
-  drav1::NodePrepareResourcesRequest req;
-  for (const auto& c : claims) {
-    auto* rc = req.add_claims();
-    rc->set_namespace_(c.ns);
-    rc->set_name(c.name);
-    rc->set_uid(c.uid);
-  }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(After(options_.call_timeout));
-  grpc::Status s;
-  if (p->version == "v1.DRAPlugin") {
-    s = drav1::DRAPlugin::NewStub(Dial(p->endpoint))->NodePrepareResources(&ctx, req, out);
-  } else {
-    drav1beta1::NodePrepareResourcesResponse beta;
-    s = drav1beta1::DRAPlugin::NewStub(Dial(p->endpoint))
-            ->NodePrepareResources(&ctx, Convert<drav1beta1::NodePrepareResourcesRequest>(req),
-                                   &beta);
-    *out = Convert<drav1::NodePrepareResourcesResponse>(beta);
-  }
-  if (!s.ok()) return s;
-  for (const auto& c : claims) {
-    if (!out->claims().count(c.uid)) {
-      return {grpc::StatusCode::INTERNAL,
-              "NodePrepareResources left claim " + c.uid + " unanswered"};
-    }
-  }
-  return s;
+  return CallClaims<drav1::NodePrepareResourcesRequest, drav1beta1::NodePrepareResourcesRequest,
+                    drav1beta1::NodePrepareResourcesResponse>(
+      Plugin(driver), driver, "NodePrepareResources", options_.call_timeout, claims, out,
+      [](const std::string& endpoint, grpc::ClientContext* ctx, const auto& req, auto* resp) {
+        return drav1::DRAPlugin::NewStub(Dial(endpoint))->NodePrepareResources(ctx, req, resp);
+      },
+      [](const std::string& endpoint, grpc::ClientContext* ctx, const auto& req, auto* resp) {
+        return drav1beta1::DRAPlugin::NewStub(Dial(endpoint))->NodePrepareResources(ctx, req, resp);
+      });
 }
 
 grpc::Status DraKubeletEmulator::Unprepare(const std::string& driver,
                                            const std::vector<DraClaimRef>& claims,
                                            drav1::NodeUnprepareResourcesResponse* out) const {
-  auto p = Plugin(driver);
-  if (!p)
-    return {grpc::StatusCode::FAILED_PRECONDITION, "DRA driver " + driver + " is not registered"};
-  drav1::NodeUnprepareResourcesRequest req;
-  for (const auto& c : claims) {
-    auto* rc = req.add_claims();
-    rc->set_namespace_(c.ns);
-    rc->set_name(c.name);
-    rc->set_uid(c.uid);
-  }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(After(options_.call_timeout));
-  grpc::Status s;
-  if (p->version == "v1.DRAPlugin") {
-    s = drav1::DRAPlugin::NewStub(Dial(p->endpoint))->NodeUnprepareResources(&ctx, req, out);
-  } else {
-    drav1beta1::NodeUnprepareResourcesResponse beta;
-    s = drav1beta1::DRAPlugin::NewStub(Dial(p->endpoint))
-            ->NodeUnprepareResources(&ctx, Convert<drav1beta1::NodeUnprepareResourcesRequest>(req),
-                                     &beta);
-    *out = Convert<drav1::NodeUnprepareResourcesResponse>(beta);
-  }
-  if (!s.ok()) return s;
-  for (const auto& c : claims) {
-    if (!out->claims().count(c.uid)) {
-      return {grpc::StatusCode::INTERNAL,
-              "NodeUnprepareResources left claim " + c.uid + " unanswered"};
-    }
-  }
-  return s;
+  return CallClaims<drav1::NodeUnprepareResourcesRequest, drav1beta1::NodeUnprepareResourcesRequest,
+                    drav1beta1::NodeUnprepareResourcesResponse>(
+      Plugin(driver), driver, "NodeUnprepareResources", options_.call_timeout, claims, out,
+      [](const std::string& endpoint, grpc::ClientContext* ctx, const auto& req, auto* resp) {
+        return drav1::DRAPlugin::NewStub(Dial(endpoint))->NodeUnprepareResources(ctx, req, resp);
+      },
+      [](const std::string& endpoint, grpc::ClientContext* ctx, const auto& req, auto* resp) {
+        return drav1beta1::DRAPlugin::NewStub(Dial(endpoint))
+            ->NodeUnprepareResources(ctx, req, resp);
+      });
 }
 
 bool DraKubeletEmulator::WatchHealth(const std::string& driver) {

@@ -30,6 +30,7 @@
 #include "dra/nvml_mig_control.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
 #include "testing/kubelet/kubelet_emulator.h"
+#include "testing/support/dra_agent_config.h"
 #include "testing/support/fake_node.h"
 #include "testing/support/temp_dir.h"
 #include "tests/dra/slice_fixtures.h"
@@ -139,21 +140,7 @@ class DraE2eTest : public ::testing::Test {
     dra_kubelet_.reset();
   }
   config::Config Config(const std::string& mode = "dra", std::vector<std::string> dra_gpus = {}) {
-    auto parsed = config::ParseConfig("version: v1\n", "test.yaml");
-    config::Config cfg = *parsed;
-    cfg.danqing.device_plugin_path = dir_ + "/dp";
-    cfg.danqing.cdi_root = dir_ + "/cdi";
-    cfg.danqing.nvml_lib = testing::FakeNvmlLibrary();
-    cfg.danqing.node_features_file = "";
-    cfg.danqing.health_check_interval = 50ms;
-    cfg.danqing.xid_quiet_period = 600ms;
-    cfg.danqing.metrics_addr = "";
-    cfg.danqing.mode = mode;
-    cfg.danqing.dra_gpus = std::move(dra_gpus);
-    cfg.danqing.node_name = kNode;
-    cfg.danqing.dra_plugins_registry = dir_ + "/registry";
-    cfg.danqing.dra_plugin_dir = dir_ + "/plugins";
-    cfg.danqing.dra_checkpoint_dir = dir_ + "/state";
+    config::Config cfg = testing::DraAgentConfig(dir_, mode, std::move(dra_gpus), kNode);
     cfg.danqing.kubeconfig = dir_ + "/kubeconfig";
     EXPECT_TRUE(config::Validate(cfg).ok()) << config::Validate(cfg).ToString();
     return cfg;

@@ -41,6 +41,7 @@
 #include "render/glyph_font.h"
 #include "render/glyph_skeleton.h"
 #include "render/renderer.h"
+#include "testing/support/render_fixtures.h"
 
 namespace {
 
@@ -99,11 +100,9 @@ danqing::Status MeasureForms(const render::Renderer& renderer, render::Style sty
           int top = kRes, bottom = -1;
           for (int y = 0; y < kRes; ++y) {
             for (int x = 0; x < kRes; ++x) {
-              const float bx = (static_cast<float>(x) + 0.5f) * 1024.0f / kRes;
-              const float by = (static_cast<float>(y) + 0.5f) * 1024.0f / kRes;
-              const int cx = static_cast<int>(pl.m[0] * bx + pl.m[1] * by + pl.m[2]);
-              const int cy = static_cast<int>(pl.m[3] * bx + pl.m[4] * by + pl.m[5]);
-              if (cx < 0 || cy < 0 || cx >= o.width || cy >= o.height) continue;
+              const auto px = danqing::render::testing_fixtures::BoxSampleOnCanvas(pl, x, y, kRes, o.width, o.height);
+              if (!px) continue;
+              const int cx = px->x, cy = px->y;
               if (detail.ink[static_cast<size_t>(cy) * static_cast<size_t>(o.width) +
                              static_cast<size_t>(cx)] < 0.2f)
                 continue;

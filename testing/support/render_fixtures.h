@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "image/image.h"
 #include "render/renderer.h"
@@ -19,6 +20,23 @@ inline const char* const kPoems[] = {
 };
 
 inline Inscription Poem(int i) { return {kPoems[i % 2], "登高", "王之涣", "甲辰春"}; }
+
+// Where the centre of sample (x, y) of a res x res grid over a placement's
+// 1024 box (Renderer::Placement::m) falls on a w x h canvas: that pixel, or
+// nothing when it falls outside. How the tests and bench/legibility read the
+// ink a character left in its cell.
+struct CanvasPixel {
+  int x = 0, y = 0;
+};
+inline std::optional<CanvasPixel> BoxSampleOnCanvas(const Renderer::Placement& p, int x, int y,
+                                                    int res, int w, int h) {
+  const float bx = (static_cast<float>(x) + 0.5f) * 1024.0f / static_cast<float>(res);
+  const float by = (static_cast<float>(y) + 0.5f) * 1024.0f / static_cast<float>(res);
+  const int cx = static_cast<int>(p.m[0] * bx + p.m[1] * by + p.m[2]);
+  const int cy = static_cast<int>(p.m[3] * bx + p.m[4] * by + p.m[5]);
+  if (cx < 0 || cy < 0 || cx >= w || cy >= h) return std::nullopt;
+  return CanvasPixel{cx, cy};
+}
 
 // Cao (dry strokes) by default: the bristle path.
 inline RenderOptions Opts(uint64_t seed, Background bg, int w, int h, Style style = Style::kCao) {

@@ -14,6 +14,7 @@
 
 #include "render/cursive_forms.h"
 #include "render/renderer.h"
+#include "testing/support/render_fixtures.h"
 
 namespace danqing::render {
 namespace {
@@ -43,11 +44,9 @@ CellInk InkOf(const Renderer::Placement& pl, const std::vector<float>& ink, int 
   constexpr int kRes = 64;
   for (int y = 0; y < kRes; ++y) {
     for (int x = 0; x < kRes; ++x) {
-      const float bx = (static_cast<float>(x) + 0.5f) * 1024.0f / kRes;
-      const float by = (static_cast<float>(y) + 0.5f) * 1024.0f / kRes;
-      const int cx = static_cast<int>(pl.m[0] * bx + pl.m[1] * by + pl.m[2]);
-      const int cy = static_cast<int>(pl.m[3] * bx + pl.m[4] * by + pl.m[5]);
-      if (cx < 0 || cy < 0 || cx >= w || cy >= h) continue;
+      const auto px = danqing::render::testing_fixtures::BoxSampleOnCanvas(pl, x, y, kRes, w, h);
+      if (!px) continue;
+      const int cx = px->x, cy = px->y;
       const float v =
           ink[static_cast<size_t>(cy) * static_cast<size_t>(w) + static_cast<size_t>(cx)];
       if (v < 0.2f) continue;
@@ -256,11 +255,9 @@ TEST_F(RenderFormsTest, TheWritingFollowsTheFormsOrder) {
       constexpr int kRes = 48;
       for (int y = 0; y < kRes; ++y) {
         for (int x = 0; x < kRes; ++x) {
-          const float bx = (static_cast<float>(x) + 0.5f) * 1024.0f / kRes;
-          const float by = (static_cast<float>(y) + 0.5f) * 1024.0f / kRes;
-          const int cx = static_cast<int>(pl.m[0] * bx + pl.m[1] * by + pl.m[2]);
-          const int cy = static_cast<int>(pl.m[3] * bx + pl.m[4] * by + pl.m[5]);
-          if (cx < 0 || cy < 0 || cx >= o.width || cy >= o.height) continue;
+          const auto px = danqing::render::testing_fixtures::BoxSampleOnCanvas(pl, x, y, kRes, o.width, o.height);
+          if (!px) continue;
+          const int cx = px->x, cy = px->y;
           if (d.ink[static_cast<size_t>(cy) * static_cast<size_t>(o.width) +
                     static_cast<size_t>(cx)] < 0.3f)
             continue;

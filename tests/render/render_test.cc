@@ -361,11 +361,9 @@ double FittedIoU(const Renderer::Placement& p, const std::vector<float>& ink, in
   std::vector<uint8_t> mine(static_cast<size_t>(kRes * kRes), 0);
   for (int y = 0; y < kRes; ++y) {
     for (int x = 0; x < kRes; ++x) {
-      const float bx = (static_cast<float>(x) + 0.5f) * 1024.0f / kRes;
-      const float by = (static_cast<float>(y) + 0.5f) * 1024.0f / kRes;
-      const int cx = static_cast<int>(p.m[0] * bx + p.m[1] * by + p.m[2]);
-      const int cy = static_cast<int>(p.m[3] * bx + p.m[4] * by + p.m[5]);
-      if (cx < 0 || cy < 0 || cx >= w || cy >= h) continue;
+      const auto px = danqing::render::testing_fixtures::BoxSampleOnCanvas(p, x, y, kRes, w, h);
+      if (!px) continue;
+      const int cx = px->x, cy = px->y;
       mine[static_cast<size_t>(y * kRes + x)] =
           ink[static_cast<size_t>(cy) * static_cast<size_t>(w) + static_cast<size_t>(cx)] >= 0.2f
               ? 1

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "common/utf8.h"
 #include "render/glyph_font.h"
 #include "render/glyph_skeleton.h"
 #include "render/layout.h"
@@ -56,25 +57,7 @@ char32_t FallbackCandidate(const Renderer& r) {
   return 0;
 }
 
-std::string Utf8(char32_t c) {
-  std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += static_cast<char>(0xE0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (c >> 18));
-    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
-  return s;
-}
+std::string Utf8(char32_t c) { return EncodeUtf8(std::u32string_view(&c, 1)); }
 
 // IoU of the ink (density > 0.3) and the font's reference raster over the
 // character's cell, with the raster mapped through the character's placement

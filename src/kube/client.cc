@@ -328,15 +328,17 @@ std::unique_ptr<Client::Handle> Client::NewHandle(std::chrono::milliseconds read
   return h;
 }
 
-std::unique_ptr<Client::Handle> Client::TakeHandle() {
+std::unique_ptr<Client::Handle> Client::TakeHandle(bool* reused) {
   {
     std::lock_guard lock(pool_mu_);
     if (!pool_.empty()) {
       auto h = std::move(pool_.back());
       pool_.pop_back();
+      if (reused != nullptr) *reused = true;
       return h;
     }
   }
+  if (reused != nullptr) *reused = false;
   return NewHandle(config_.request_timeout);
 }
 
@@ -367,7 +369,8 @@ Expected<Json> Client::Request(const char* verb, const std::string& path, const 
   };
   auto token = CurrentToken();
   if (!token.ok()) return fail("TokenUnreadable", token.status().message());
-  auto h = TakeHandle();
+  bool reused = false;
+  auto h = TakeHandle(&reused);
   if (h->http == nullptr) return fail("TLSError", h->error);
 
   httplib::Request req;
@@ -396,7 +399,20 @@ Expected<Json> Client::Request(const char* verb, const std::string& path, const 
   };
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
-  const bool sent = h->http->send(req, res, err);
+  bool sent = h->http->send(req, res, err);
+  if ((!sent || err != httplib::Error::Success) && reused && out.empty() && !too_large && !late &&
+      std::chrono::steady_clock::now() < deadline &&
+      (err == httplib::Error::Read || err == httplib::Error::Write ||
+       err == httplib::Error::Connection)) {
+    // A kept-alive connection the server (or a stopped request) had closed
+    // fails before any answer: the request is sent once more on a new
+    // connection, as an HTTP client does with a stale pooled one.
+    h = NewHandle(config_.request_timeout);
+    if (h->http == nullptr) return fail("TLSError", h->error);
+    res = httplib::Response();
+    err = httplib::Error::Success;
+    sent = h->http->send(req, res, err);
+  }
   if (!sent || err != httplib::Error::Success) {
     if (too_large) {
       return fail("TooLarge", "response body larger than " +

@@ -158,7 +158,8 @@ class Client {
   explicit Client(Config config);
   struct Handle;
   std::unique_ptr<Handle> NewHandle(std::chrono::milliseconds read_timeout) const;
-  std::unique_ptr<Handle> TakeHandle();
+  // A pooled connection when there is one (`*reused` true), else a new one.
+  std::unique_ptr<Handle> TakeHandle(bool* reused = nullptr);
   void ReturnHandle(std::unique_ptr<Handle> h);
   Expected<Json> Request(const char* verb, const std::string& path, const Query& query,
                          const Json* body);

@@ -304,6 +304,19 @@ TEST_F(ClientTest, FaultsTimeoutsAndDownServer) {
   EXPECT_TRUE(back.ok()) << back.error().ToString();
 }
 
+// A kept-alive connection the API server closed (here: it restarted) is
+// replaced for the next request, not reported as a transport error.
+TEST_F(ClientTest, PooledConnectionTheServerClosedIsReplaced) {
+  Client& c = *fx_->client;
+  ASSERT_TRUE(c.Get(kSlices).ok());  // leaves a kept-alive connection in the pool
+  fx_->server->Stop();
+  ASSERT_TRUE(fx_->server->Restart().ok());
+  for (int i = 0; i < 3; ++i) {
+    auto again = c.Get(kSlices);
+    EXPECT_TRUE(again.ok()) << again.error().ToString();
+  }
+}
+
 TEST_F(ClientTest, ResponsesAreBounded) {
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE(fx_->client->Create(kSlices, Slice("n1-" + std::to_string(i), "n1")).ok());

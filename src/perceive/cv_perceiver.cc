@@ -199,8 +199,10 @@ class CvPerceiver final : public Perceiver {
   }
 
   static void Palette(const cv::Mat& rgb, SceneFeatures* f) {
+    // Five colours from 32x32 samples: 0.37 ms against 0.89 from 48x48 (the
+    // palette is only reported).
     cv::Mat small;
-    cv::resize(rgb, small, cv::Size(48, 48), 0, 0, cv::INTER_AREA);
+    cv::resize(rgb, small, cv::Size(32, 32), 0, 0, cv::INTER_AREA);
     cv::Mat samples;
     small.reshape(1, small.rows * small.cols).convertTo(samples, CV_32F);
     constexpr int kColours = 5;

@@ -28,7 +28,10 @@ const std::vector<std::string>& AllThemes() {
 std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
   const double people = f.faces > 0 ? Clamp01(0.6 + 0.1 * f.faces + 2.0 * f.face_area) : 0.0;
   const double outdoor = Clamp01(std::max(f.sky, f.vegetation * 1.5) + f.water);
-  const double dark = f.night;
+  // Night: a dark photo, or a dark sky with lamps or stars under it (a lit
+  // city keeps the mean bright).
+  const double night_sky = Ramp(f.dark_sky, 0.4, 0.7) * Ramp(f.highlights, 0.01, 0.03);
+  const double dark = std::max(f.night, night_sky);
   // A textured top third is not open sky: warm colour there is a subject
   // (fur, a table), not a sunset.
   const double open_top = 1.0 - Ramp(f.top_edges, 0.05, 0.12);
@@ -36,13 +39,18 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
   const double not_skin = 1.0 - 0.8 * people;
   const double indoor = 1.0 - Ramp(outdoor, 0.1, 0.4);
   const double day = 1.0 - dark;
+  // A landscape is a far view: sky above it, or detail across the frame. A
+  // frame with neither is a close-up on a blurred ground (a macro of a leaf,
+  // a blossom, a drop), whatever its colours.
+  const double far_view = std::max(
+      Ramp(f.sky, 0.05, 0.25), Ramp(f.top_edges, 0.03, 0.09) * Ramp(f.bottom_texture, 0.03, 0.08));
 
   std::vector<ThemeScore> s = {
       // Mountains and waters: open sky above green or rocky land; people in
       // the foreground make it a portrait rather than a landscape.
       {"山水", Clamp01(0.6 * Ramp(f.sky, 0.1, 0.5) + 0.6 * Ramp(f.vegetation, 0.05, 0.4) +
                        0.2 * Ramp(f.water, 0.05, 0.3)) *
-                   day * (1.0 - 0.7 * people)},
+                   day * far_view * (1.0 - 0.7 * people)},
       {"江河湖海", Clamp01(1.4 * Ramp(f.water, 0.08, 0.45)) * day},
       // Moonlit night: dark overall; bright points (moon, stars, lamps) help.
       {"月夜", Clamp01(0.8 * dark + 0.4 * Ramp(f.highlights, 0.0005, 0.02) * dark)},
@@ -66,7 +74,11 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
                (1.0 - Ramp(f.saturation, 0.35, 0.6))) *
            (1.0 - 0.6 * people)},
       {"田园", Clamp01(0.6 * Ramp(f.vegetation, 0.15, 0.5) * Ramp(f.sky, 0.05, 0.3) +
-                       0.4 * Ramp(f.autumn, 0.05, 0.25) * Ramp(f.sky, 0.05, 0.3) * not_skin) *
+                       0.4 * Ramp(f.autumn, 0.05, 0.25) * Ramp(f.sky, 0.05, 0.3) * not_skin +
+                       // bare brown soil under a wide smooth sky: a ploughed field
+                       // (a jagged skyline makes it a mountain slope)
+                       0.6 * Ramp(f.bottom_earth, 0.1, 0.35) * Ramp(f.sky, 0.3, 0.6) *
+                           (1.0 - Ramp(f.top_edges, 0.03, 0.1))) *
                    day},
       // Sunrise, sunset: red/orange sky; the whole photo warm, or the glow
       // strong in itself (a sunset over blue water keeps the mean cool).

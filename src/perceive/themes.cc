@@ -66,7 +66,10 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
                      0.3 * Ramp(0.2 - f.saturation, 0.0, 0.15) * Ramp(-f.warmth, -0.02, 0.08))},
       // Flowers are blobs of vivid colour: when most of the frame has that
       // colour it is a cast (a magenta night sky, a pink backdrop), not flowers.
-      {"花", Clamp01(1.2 * Ramp(f.flower, 0.03, 0.25)) * (1.0 - Ramp(f.flower, 0.45, 0.8))},
+      // Amid foliage even a few small vivid blobs are flowers (a meadow).
+      {"花", Clamp01(std::max(1.2 * Ramp(f.flower, 0.03, 0.25),
+                              Ramp(f.flower, 0.01, 0.06) * Ramp(f.vegetation, 0.3, 0.6))) *
+                 (1.0 - Ramp(f.flower, 0.45, 0.8))},
       {"人物", people},
       // City: many edges, few plants, little colour.
       {"城市",
@@ -82,9 +85,12 @@ std::vector<ThemeScore> ScoreThemes(const SceneFeatures& f) {
                    day},
       // Sunrise, sunset: red/orange sky; the whole photo warm, or the glow
       // strong in itself (a sunset over blue water keeps the mean cool).
-      {"日出日落", Clamp01(1.3 * Ramp(f.sunset, 0.06, 0.35) *
-                           std::max(Ramp(f.warmth, 0.0, 0.2), Ramp(f.sunset, 0.1, 0.3))) *
-                       open_top},
+      // A glow over land in silhouette is one too, however small the glow.
+      {"日出日落",
+       Clamp01(std::max(1.3 * Ramp(f.sunset, 0.06, 0.35) *
+                            std::max(Ramp(f.warmth, 0.0, 0.2), Ramp(f.sunset, 0.1, 0.3)),
+                        Ramp(f.sunset, 0.03, 0.12) * Ramp(f.bottom_dark, 0.3, 0.6))) *
+           open_top},
       {"天空", Clamp01(1.2 * Ramp(f.sky, 0.2, 0.7)) * day},
       {"禽兽", f.cat_faces > 0 ? 0.9 : 0.0},
       // Tea and wine: a vessel's round rim, or a warm brown still life, indoors.

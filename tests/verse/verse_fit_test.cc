@@ -61,9 +61,9 @@ TEST(VerseFitTest, ChosenVerseCarriesThePhotosTheme) {
   fit /= static_cast<double>(photos->size());
   quatrains /= static_cast<double>(photos->size());
   // On the 37-photo set the chooser gave fit 0.532, quatrains 0.90 before the
-  // night-sky, far-view, farmland and violet-flower cues; after, 0.574 and 0.89
-  // (docs/benchmarks.md, "Verse that fits the photo").
-  EXPECT_GE(fit, 0.55) << "share of choices carrying the photo's label";
+  // night-sky, far-view, farmland, sunset-silhouette and flower cues; after,
+  // 0.599 and 0.89 (docs/benchmarks.md, "Verse that fits the photo").
+  EXPECT_GE(fit, 0.57) << "share of choices carrying the photo's label";
   EXPECT_GE(quatrains, 0.8) << "share of choices that are quatrains";
 }
 

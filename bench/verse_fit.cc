@@ -72,9 +72,11 @@ int main(int argc, char** argv) {
       const auto& f = o->features;
       std::printf(
           "     bright %.2f sat %.2f warm %.2f sky %.2f water %.2f sunset %.2f top_edges %.3f "
-          "flower %.2f highlights %.4f grass %.2f texture %.2f storm %.2f drops %.4f\n",
+          "flower %.2f highlights %.4f grass %.2f texture %.2f storm %.2f drops %.4f dark_sky %.2f "
+          "bottom_earth %.2f bottom_dark %.2f edges %.3f\n",
           f.brightness, f.saturation, f.warmth, f.sky, f.water, f.sunset, f.top_edges, f.flower,
-          f.highlights, f.grass, f.bottom_texture, f.storm, f.drops);
+          f.highlights, f.grass, f.bottom_texture, f.storm, f.drops, f.dark_sky, f.bottom_earth,
+          f.bottom_dark, f.edge_density);
     }
 #endif
   }

@@ -29,8 +29,9 @@ PACKAGES=(
   # QR codes for results, and a round-robin proxy for the multi-replica test
   redis-server libhiredis-dev libqrencode-dev haproxy
   # photos for the verse-fit bench and test (data/verse/fit_photos.tsv): nature
-  # photos Debian ships as desktop wallpapers
+  # photos Debian ships as desktop wallpapers, login screens and jigsaw puzzles
   plasma-workspace-wallpapers ukui-wallpapers lomiri-wallpapers-20.04
+  lomiri-wallpapers-16.04 lxqt-themes palapeli-data sddm-theme-maldives
 )
 
 missing=()

@@ -111,7 +111,8 @@ class CvPerceiver final : public Perceiver {
     const int half = h / 2;
     double sum_v = 0, sum_s = 0, sum_warm = 0;
     long sky = 0, water = 0, veg = 0, fresh = 0, snow = 0, sunset = 0, autumn = 0, flower = 0,
-         earth = 0, highlights = 0, grass = 0, storm = 0;
+         earth = 0, highlights = 0, grass = 0, storm = 0, dark_sky = 0, bottom_earth = 0,
+         bottom_dark = 0;
     const int third_rows = std::max(1, h / 3);
     for (int y = 0; y < h; ++y) {
       const auto* hp = hsv.ptr<cv::Vec3b>(y);
@@ -130,14 +131,24 @@ class CvPerceiver final : public Perceiver {
         if (H >= 35 && H <= 85 && S > 0.2 && V > 0.15) ++veg;
         if (!top && H >= 30 && H <= 85 && S > 0.2 && V > 0.1) ++grass;
         if (y < third_rows && S < 0.2 && V > 0.12 && V < 0.5) ++storm;
+        if (y < third_rows && V < 0.25) ++dark_sky;
+        if (!top && V < 0.2) ++bottom_dark;
         if (H >= 30 && H <= 50 && S > 0.3 && V > 0.45) ++fresh;
         if (S < 0.1 && V > 0.85) ++snow;
-        const bool red_orange = (H <= 18 || H >= 165) && S > 0.4 && V > 0.4;
+        const bool red_orange = (H <= 24 || H >= 165) && S > 0.4 && V > 0.4;
         if (top && red_orange) ++sunset;
         if (!top && H >= 5 && H <= 30 && S > 0.45 && V > 0.35) ++autumn;
-        if (((H >= 140 && H <= 175) || H <= 5 || (H >= 20 && H <= 32)) && S > 0.55 && V > 0.5)
+        // Vivid red, pink, magenta, yellow; violet and mauve petals (asters,
+        // scabious) and pink blossom are paler, and no sky or water has their
+        // hue.
+        if ((((H >= 140 && H <= 175) || H <= 5 || (H >= 20 && H <= 32)) && S > 0.55 && V > 0.5) ||
+            (H >= 128 && H < 165 && S > 0.3 && V > 0.35) ||
+            ((H >= 165 || H <= 3) && S > 0.25 && V > 0.55))
           ++flower;
-        if (H >= 5 && H <= 25 && S > 0.3 && S < 0.85 && V > 0.15 && V < 0.65) ++earth;
+        if (H >= 5 && H <= 25 && S > 0.3 && S < 0.85 && V > 0.15 && V < 0.65) {
+          ++earth;
+          if (!top) ++bottom_earth;
+        }
         if (V > 0.9) ++highlights;
       }
     }
@@ -158,6 +169,9 @@ class CvPerceiver final : public Perceiver {
     f->highlights = highlights / n;
     f->grass = grass / bottom_n;
     f->storm = storm / (static_cast<double>(w) * third_rows);
+    f->dark_sky = dark_sky / (static_cast<double>(w) * third_rows);
+    f->bottom_earth = bottom_earth / bottom_n;
+    f->bottom_dark = bottom_dark / bottom_n;
     f->night = std::clamp((0.3 - f->brightness) / 0.2, 0.0, 1.0);
 
     cv::Scalar mean, stddev;

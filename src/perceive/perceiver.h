@@ -57,6 +57,9 @@ struct SceneFeatures {
   double bottom_texture = 0;  // bottom-half fraction off its 5x5 blur by > 12 grey levels (blades)
   double storm = 0;           // fraction of the top third in dark, unsaturated grey (heavy cloud)
   double drops = 0;           // fraction of pixels that are small bright specular dots
+  double dark_sky = 0;        // fraction of the top third that is dark (V < .25): a night sky
+  double bottom_earth = 0;    // fraction of the bottom half in bare brown soil (a ploughed field)
+  double bottom_dark = 0;   // fraction of the bottom half that is dark (V < .2): land in silhouette
   int vessels = 0;          // large circles (cup, bowl, plate rims) from a Hough transform
   int faces = 0;            // human frontal faces
   double face_area = 0;     // fraction of the image covered by faces

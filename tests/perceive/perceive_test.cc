@@ -233,6 +233,91 @@ TEST_F(PerceiveTest, AFrameFullOfVividColourIsACastNotFlowers) {
   EXPECT_LT(Score(Run(cast), "花"), 0.1);
 }
 
+// Square blobs of one colour on a canvas, every `step` pixels from (x0, y0).
+void Dots(Canvas& c, int y0, int y1, int step, int size, uint8_t r, uint8_t g, uint8_t b) {
+  for (int y = y0; y + size <= y1; y += step) {
+    for (int x = 2; x + size <= c.w; x += step) {
+      for (int dy = 0; dy < size; ++dy) {
+        for (int dx = 0; dx < size; ++dx) {
+          uint8_t* p = &c.px[static_cast<size_t>(((y + dy) * c.w + x + dx) * 3)];
+          p[0] = r, p[1] = g, p[2] = b;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(PerceiveTest, DarkSkyOverLampsIsNightThoughTheCityIsBright) {
+  Canvas c(320, 200);
+  c.Fill(0, 100, 20, 25, 60);              // a dark night sky
+  c.Fill(100, 200, 150, 110, 60);          // lit streets and water
+  Dots(c, 102, 200, 8, 3, 255, 255, 240);  // lamps
+  const Perception night = Run(c);
+  EXPECT_EQ(night.features.night, 0.0) << "the mean is bright: the old rule saw day";
+  EXPECT_GT(night.features.dark_sky, 0.9);
+  EXPECT_GT(Score(night, "月夜"), 0.6);
+  Canvas day(320, 200);  // the same town under a blue sky
+  day.Fill(0, 100, 90, 150, 230);
+  day.Fill(100, 200, 150, 110, 60);
+  Dots(day, 102, 200, 8, 3, 255, 255, 240);
+  EXPECT_LT(Score(Run(day), "月夜"), 0.1);
+}
+
+TEST_F(PerceiveTest, ACloseUpOfGreenIsNoLandscape) {
+  Canvas leaf(320, 200);  // smooth green filling the frame: no sky, no detail
+  leaf.Fill(0, 200, 60, 140, 45);
+  EXPECT_LT(Score(Run(leaf), "山水"), 0.1);
+  Canvas view(320, 200);  // the same green under a sky: a far view
+  view.Fill(0, 100, 90, 150, 230);
+  view.Fill(100, 200, 60, 140, 45);
+  EXPECT_GT(Score(Run(view), "山水"), 0.5);
+}
+
+TEST_F(PerceiveTest, BareSoilUnderAWideSkyIsFarmland) {
+  Canvas field(320, 200);
+  field.Fill(0, 100, 90, 150, 230);   // smooth blue sky
+  field.Fill(100, 200, 140, 90, 50);  // ploughed brown soil
+  const Perception farm = Run(field);
+  EXPECT_GT(farm.features.bottom_earth, 0.9);
+  EXPECT_GT(Score(farm, "田园"), 0.8);
+  Canvas slope = field;  // a jagged rocky skyline over the same soil
+  for (int y = 0; y < 66; ++y) {
+    for (int x = 0; x < slope.w; x += 8) {
+      for (int dx = 0; dx < 4; ++dx) {
+        uint8_t* p = &slope.px[static_cast<size_t>((y * slope.w + x + dx) * 3)];
+        p[0] = 80, p[1] = 80, p[2] = 85;
+      }
+    }
+  }
+  EXPECT_LT(Score(Run(slope), "田园"), 0.5);
+}
+
+TEST_F(PerceiveTest, AFewVividBlobsAmidFoliageAreFlowers) {
+  Canvas meadow(320, 200);
+  meadow.Fill(0, 200, 60, 140, 45);
+  Dots(meadow, 2, 200, 40, 8, 235, 60, 150);  // small magenta flower heads
+  const Perception flowers = Run(meadow);
+  EXPECT_LT(flowers.features.flower, 0.05) << "too few for the vivid-blob rule alone";
+  EXPECT_GT(Score(flowers, "花"), 0.4);
+  Canvas wall(320, 200);  // the same blobs on a grey wall
+  wall.Fill(0, 200, 128, 128, 128);
+  Dots(wall, 2, 200, 40, 8, 235, 60, 150);
+  EXPECT_LT(Score(Run(wall), "花"), 0.15);
+}
+
+TEST_F(PerceiveTest, AGlowOverLandInSilhouetteIsASunset) {
+  Canvas dusk(320, 200);
+  dusk.Fill(0, 100, 70, 80, 110);   // a grey-blue evening sky
+  dusk.Fill(75, 87, 240, 140, 40);  // a band of orange glow
+  dusk.Fill(100, 200, 10, 10, 10);  // hills in silhouette
+  const Perception glow = Run(dusk);
+  EXPECT_GT(glow.features.bottom_dark, 0.9);
+  EXPECT_GT(Score(glow, "日出日落"), 0.8);
+  Canvas lit = dusk;  // the same glow over lit land: the glow alone is too small
+  lit.Fill(100, 200, 90, 110, 80);
+  EXPECT_LT(Score(Run(lit), "日出日落"), 0.2);
+}
+
 TEST(ScoreThemesTest, EveryThemeScoredOnceInOrder) {
   SceneFeatures f;
   f.faces = 2;

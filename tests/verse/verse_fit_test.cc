@@ -40,7 +40,7 @@ TEST(VerseFitTest, ManifestErrorsNameTheLineAndField) {
 TEST(VerseFitTest, ChosenVerseCarriesThePhotosTheme) {
   auto photos = LoadFitManifest(kManifest);
   ASSERT_TRUE(photos.ok()) << photos.status().ToString();
-  ASSERT_GE(photos->size(), 12u);
+  ASSERT_GE(photos->size(), 30u);
   for (const auto& p : *photos) {
     if (!std::ifstream(p.path)) {
       GTEST_SKIP() << p.path << " missing: run scripts/setup.sh (installs " << p.package << ")";
@@ -60,10 +60,10 @@ TEST(VerseFitTest, ChosenVerseCarriesThePhotosTheme) {
   }
   fit /= static_cast<double>(photos->size());
   quatrains /= static_cast<double>(photos->size());
-  // Before issue 29's change the chooser gave fit 0.603, quatrains 0.31;
-  // after, 0.653 and 0.88
-  // (docs/benchmarks.md, "Verse that fits the photo").
-  EXPECT_GE(fit, 0.63) << "share of choices carrying the photo's label";
+  // On the 37-photo set the chooser gave fit 0.532, quatrains 0.90 before the
+  // night-sky, far-view, farmland, sunset-silhouette and flower cues; after,
+  // 0.599 and 0.89 (docs/benchmarks.md, "Verse that fits the photo").
+  EXPECT_GE(fit, 0.57) << "share of choices carrying the photo's label";
   EXPECT_GE(quatrains, 0.8) << "share of choices that are quatrains";
 }
 

@@ -104,12 +104,18 @@ async function busyQueue(binary, browser) {
     // its 20 tries while the first fill renders).
     const warm = await postFrom(busy.port, '127.0.0.30', slow, png, 'image/png');
     assert.strictEqual(warm.status, 202, 'the first inscription accepted: ' + warm.body);
-    for (let state = ''; state !== 'done';) {
-      await new Promise((r) => setTimeout(r, 200));
-      const r = await get(busy.port, '/v1/inscriptions/' + JSON.parse(warm.body).id);
-      state = JSON.parse(r.body.toString()).state;
-      assert.ok(state !== 'failed', 'the first inscription failed: ' + r.body);
-    }
+    // Until the job `id` is in `want` (polled every 50 ms, at most 3 minutes).
+    const until = async (id, want) => {
+      for (let n = 0; n < 3600; n++) {
+        const r = await get(busy.port, '/v1/inscriptions/' + id);
+        const state = JSON.parse(r.body.toString()).state;
+        assert.ok(state !== 'failed', id + ' failed: ' + r.body);
+        if (want.includes(state)) return;
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      assert.fail(id + ' never reached ' + want);
+    };
+    await until(JSON.parse(warm.body).id, ['done']);
     const fills = [];
     for (let i = 0; i < kFills; i++) {
       const r = await postFrom(
@@ -117,7 +123,12 @@ async function busyQueue(binary, browser) {
           i === 0 ? 'image/png' : 'image/jpeg');
       assert.strictEqual(r.status, 202, 'fill ' + i + ' accepted: ' + r.body);
       fills.push(JSON.parse(r.body).id);
-      if (i === 0) firstFillAt = Date.now();
+      if (i === 0) {
+        firstFillAt = Date.now();
+        // On the worker (out of the queue) before the others come: they
+        // then fill the queue to its bound exactly.
+        await until(fills[0], ['rendering', 'done']);
+      }
     }
     await page.click('#go');
     await page.waitForFunction(

@@ -2,6 +2,8 @@
 // waiter's status read), in-process and on a real redis-server on loopback
 // (testing/cluster/start-redis.sh: AOF; fsync everysec, then always), with a real 1080p
 // inscription as the result; and Redis's memory per stored inscription.
+// Also the verse selector's shared no-repeat window: the time of a choice on
+// it against the same choice on the process's own window.
 //   build/default/bench/job_store_bench [jobs] [result.jpg] [photo.jpg]
 #include <algorithm>
 #include <chrono>
@@ -17,6 +19,8 @@
 #include "service/job_store.h"
 #include "service/redis_job_store.h"
 #include "testing/cluster/redis_server.h"
+#include "verse/corpus.h"
+#include "verse/selector.h"
 
 using namespace danqing::service;
 using Clock = std::chrono::steady_clock;
@@ -115,6 +119,48 @@ void WakeUp(const danqing::testing::RedisServer& redis, const std::string& photo
       ms[ms.size() / 2], ms[std::min(ms.size() - 1, ms.size() * 99 / 100)], ms.back(), ms.size());
 }
 
+// A poem choice (VerseSelector::Choose on the bundled 4000 poems, window
+// 64) on the process's own window, then on the window shared through Redis
+// (one LRANGE + one script per choice): the added cost per choice.
+void VerseWindow(const danqing::testing::RedisServer& redis, int choices) {
+  using danqing::verse::Corpus;
+  using danqing::verse::VerseSelector;
+  auto corpus = Corpus::Load(std::string(DANQING_SOURCE_DIR) + "/data/verse/poems.tsv");
+  if (!corpus.ok()) return (void)std::puts("no corpus");
+  const std::vector<std::vector<danqing::verse::ThemeWeight>> photos = {
+      {{"花", 0.9}, {"春", 0.4}},
+      {{"雨", 0.8}, {"江河湖海", 0.3}},
+      {{"月夜", 1.0}},
+      {{"雪", 0.7}, {"山水", 0.5}}};
+  std::shared_ptr<JobStore> store = NewRedisJobStore(*ParseRedisUrl(redis.url()), {}, "verse");
+  VerseSelector local(*corpus), shared(*corpus, {}, NewRedisRecentChoices(store));
+  redis.Cli("CONFIG RESETSTAT");
+  for (VerseSelector* s : {&local, &shared}) {
+    std::vector<double> us;
+    for (int i = 0; i < choices; ++i) {
+      const auto t0 = Clock::now();
+      const int id = s->Choose(photos[static_cast<size_t>(i) % photos.size()],
+                               static_cast<uint64_t>(i) * 2654435761u)
+                         .id;
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      if (id <= 0) return (void)std::puts("no poem");
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("verse choice, %s window: p50 %.1f us  p99 %.1f us  max %.1f us (%d choices)\n",
+                s == &local ? "local " : "shared", us[us.size() / 2],
+                us[std::min(us.size() - 1, us.size() * 99 / 100)], us.back(), choices);
+  }
+  const std::string stats = redis.Cli("INFO commandstats");
+  const auto calls = [&](const std::string& cmd) {
+    const auto at = stats.find("cmdstat_" + cmd + ":calls=");
+    return at == std::string::npos ? 0.0 : std::atof(stats.c_str() + at + 15 + cmd.size());
+  };
+  // The script's own LRANGE is counted too: round trips are LRANGE - EVAL + EVAL.
+  std::printf("  per shared choice: round trips %.2f (LRANGE %.2f, EVAL %.2f)  fallbacks %llu\n",
+              calls("lrange") / choices, (calls("lrange") - calls("eval")) / choices,
+              calls("eval") / choices, static_cast<unsigned long long>(shared.shared_fallbacks()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,6 +201,7 @@ int main(int argc, char** argv) {
         "in older builds)\n",
         calls("eval") / jobs, calls("xreadgroup") / jobs, calls("xautoclaim") / jobs);
     if (std::string(policy) == "everysec") WakeUp(redis, photo, image);
+    VerseWindow(redis, 2000);
     if (std::string(policy) != "always") continue;
     // Memory per stored inscription: the result key as Redis counts it, and
     // used_memory over all keys (job hash, result, recent list, finish times).

@@ -84,7 +84,36 @@ int RunServe(const ServeFlags& f) {
                     ? verse::Corpus::Parse(service::BundledPoems(), "bundled poems.tsv")
                     : verse::Corpus::Load(f.verse_file);
   if (!corpus.ok()) return Fail(corpus.status());
-  verse::VerseSelector selector(*corpus);
+
+  service::JobStoreOptions store_options;
+  store_options.ttl = std::chrono::seconds(f.result_ttl_s);
+  store_options.max_entry_bytes = static_cast<size_t>(f.max_result_mb * 1024 * 1024);
+  store_options.max_total_bytes = static_cast<size_t>(f.store_memory_mb * 1024 * 1024);
+  store_options.claim_timeout = std::chrono::seconds(f.claim_timeout_s);
+  std::shared_ptr<service::JobStore> redis_store;
+  if (!f.redis.empty()) {
+    auto endpoint = service::ParseRedisUrl(f.redis);
+    if (!endpoint.ok()) return Fail(endpoint.status());
+    if (f.redis_namespace.empty() ||
+        f.redis_namespace.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_.") !=
+            std::string::npos) {
+      return Fail(
+          InvalidArgument("--redis-namespace must be lower-case letters, digits, '-', '_' or '.'"));
+    }
+    redis_store = std::shared_ptr<service::JobStore>(
+        service::NewRedisJobStore(*endpoint, store_options, f.redis_namespace));
+    // Unreachable at start is not fatal: uploads get 503 and /readyz fails
+    // until it answers.
+    if (auto st = redis_store->Ping(); !st.ok()) {
+      spdlog::warn("danqing serve: {}; uploads are refused until it answers", st.message());
+    } else {
+      spdlog::info("danqing serve: shared queue and store at {}:{} (namespace {})", endpoint->host,
+                   endpoint->port, f.redis_namespace);
+    }
+  }
+  // With --redis the poems' no-repeat window is shared by every replica too.
+  verse::VerseSelector selector(
+      *corpus, {}, redis_store ? service::NewRedisRecentChoices(redis_store) : nullptr);
 
   auto perceiver = perceive::CreateCvPerceiver({.cascade_dir = f.cascade_dir});
   if (!perceiver.ok()) return Fail(perceiver.status());
@@ -113,33 +142,11 @@ int RunServe(const ServeFlags& f) {
   options.read_timeout = std::chrono::seconds(f.read_timeout_s);
   options.write_timeout = std::chrono::seconds(f.read_timeout_s);
   options.http_threads = f.http_threads;
-  options.job_store_options.ttl = std::chrono::seconds(f.result_ttl_s);
-  options.job_store_options.max_entry_bytes = static_cast<size_t>(f.max_result_mb * 1024 * 1024);
-  options.job_store_options.max_total_bytes = static_cast<size_t>(f.store_memory_mb * 1024 * 1024);
-  options.job_store_options.claim_timeout = std::chrono::seconds(f.claim_timeout_s);
+  options.job_store_options = store_options;
   options.max_jobs_per_client = f.jobs_per_client;
   options.max_event_streams = f.event_streams;
   options.trust_forwarded_for = f.trust_forwarded_for;
-  if (!f.redis.empty()) {
-    auto endpoint = service::ParseRedisUrl(f.redis);
-    if (!endpoint.ok()) return Fail(endpoint.status());
-    if (f.redis_namespace.empty() ||
-        f.redis_namespace.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_.") !=
-            std::string::npos) {
-      return Fail(
-          InvalidArgument("--redis-namespace must be lower-case letters, digits, '-', '_' or '.'"));
-    }
-    options.job_store = std::shared_ptr<service::JobStore>(
-        service::NewRedisJobStore(*endpoint, options.job_store_options, f.redis_namespace));
-    // Unreachable at start is not fatal: uploads get 503 and /readyz fails
-    // until it answers.
-    if (auto st = options.job_store->Ping(); !st.ok()) {
-      spdlog::warn("danqing serve: {}; uploads are refused until it answers", st.message());
-    } else {
-      spdlog::info("danqing serve: shared queue and store at {}:{} (namespace {})", endpoint->host,
-                   endpoint->port, f.redis_namespace);
-    }
-  }
+  options.job_store = redis_store;
   service::Server server(options, &pipeline, &metrics);
   if (auto st = server.Start(); !st.ok()) return Fail(st);
   spdlog::info("danqing serve: {} poems, perceiver {}, backend {}; open http://localhost:{}/",

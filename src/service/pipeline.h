@@ -122,6 +122,7 @@ class Pipeline {
 
   const PipelineLimits& limits() const { return limits_; }
   const InscriptionRenderer& renderer() const { return *renderer_; }
+  const verse::VerseSelector& selector() const { return *selector_; }
 
  private:
   perceive::Perceiver* const perceiver_;

@@ -190,6 +190,24 @@ redis.call('PUBLISH', p..':events', id)
 return 1
 )lua";
 
+// The verse selector's shared no-repeat window: records as the newest the
+// first of the poem ids ARGV[4..] (in order of preference) not among the
+// newest ARGV[3]. ARGV: ns, (unused), window, ids. Its position (0-based), or
+// -1 when every one is there.
+constexpr const char* kRecordPoem = R"lua(
+local key, n = ARGV[1]..':verse:recent', tonumber(ARGV[3])
+local seen = {}
+for _, v in ipairs(redis.call('LRANGE', key, 0, n - 1)) do seen[v] = true end
+for i = 4, #ARGV do
+  if not seen[ARGV[i]] then
+    redis.call('LPUSH', key, ARGV[i])
+    redis.call('LTRIM', key, 0, n - 1)
+    return i - 4
+  end
+end
+return -1
+)lua";
+
 // Status. ARGV: ns id. {state, ahead, reason} or false.
 constexpr const char* kStatus = R"lua(
 local p, id = ARGV[1], ARGV[2]
@@ -483,6 +501,35 @@ class RedisJobStore final : public JobStore {
   }
   std::string Name() const override { return "redis"; }
 
+  // The verse window (NewRedisRecentChoices).
+  Result<std::vector<int>> RecentPoems(size_t window) {
+    if (window == 0) return std::vector<int>{};
+    auto r = Run({"LRANGE", ns_ + ":verse:recent", "0", std::to_string(window - 1)});
+    if (!r.ok()) return r.status();
+    std::vector<int> ids;
+    if ((*r)->type != REDIS_REPLY_ARRAY) return ids;
+    for (size_t i = 0; i < (*r)->elements; ++i) {
+      // Anything but a number (a corrupt entry) excludes no poem.
+      const std::string v = Str((*r)->element[i]);
+      if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789-") != std::string::npos)
+        continue;
+      ids.push_back(std::atoi(v.c_str()));
+    }
+    return ids;
+  }
+  Result<int> RecordPoem(const std::vector<int>& poem_ids, size_t window) {
+    if (poem_ids.empty()) return -1;
+    if (window == 0) return 0;
+    std::vector<std::string> argv = {ns_, "", std::to_string(window)};
+    for (int id : poem_ids) argv.push_back(std::to_string(id));
+    auto r = Eval(kRecordPoem, std::move(argv));
+    if (!r.ok()) return r.status();
+    if ((*r)->type != REDIS_REPLY_INTEGER)
+      return Internal("redis: the verse window script answered no number");
+    return static_cast<int>((*r)->integer);
+  }
+  std::string VerseWindowName() const { return "redis " + Where() + " " + ns_ + ":verse:recent"; }
+
  private:
   static constexpr std::chrono::milliseconds kTimeout{2000};
 
@@ -665,7 +712,29 @@ class RedisJobStore final : public JobStore {
   std::vector<Context> pool_;  // guarded by mu_
 };
 
+// The window on the store's connections (the store is kept alive with it).
+class RedisRecentChoices final : public verse::RecentChoices {
+ public:
+  RedisRecentChoices(std::shared_ptr<JobStore> keep, RedisJobStore* store)
+      : keep_(std::move(keep)), store_(store) {}
+  Result<std::vector<int>> Recent(size_t window) override { return store_->RecentPoems(window); }
+  Result<int> Record(const std::vector<int>& poem_ids, size_t window) override {
+    return store_->RecordPoem(poem_ids, window);
+  }
+  std::string Name() const override { return store_->VerseWindowName(); }
+
+ private:
+  const std::shared_ptr<JobStore> keep_;
+  RedisJobStore* const store_;
+};
+
 }  // namespace
+
+std::shared_ptr<verse::RecentChoices> NewRedisRecentChoices(std::shared_ptr<JobStore> store) {
+  auto* redis = dynamic_cast<RedisJobStore*>(store.get());
+  if (!redis) return nullptr;
+  return std::make_shared<RedisRecentChoices>(std::move(store), redis);
+}
 
 std::unique_ptr<JobStore> NewRedisJobStore(RedisEndpoint endpoint, JobStoreOptions options,
                                            std::string ns, std::string consumer) {

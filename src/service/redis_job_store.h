@@ -14,6 +14,8 @@
 //   <ns>:events         PUBLISH channel: an id whose job was claimed or finished
 //                       (Watch: one subscriber connection per store)
 //   <ns>:replicas       zset: each claim loop's last beat (ActiveReplicas)
+//   <ns>:verse:recent   list: the poem ids chosen last, newest first, at most
+//                       the selectors' no-repeat window (NewRedisRecentChoices)
 // Admission, claim and finish are each one Lua script, so concurrent
 // replicas see them whole. Ids are validated (32 hex) and client keys are
 // hex-encoded before they reach a key: nothing from a request names a key.
@@ -33,6 +35,7 @@
 #include <string>
 
 #include "service/job_store.h"
+#include "verse/recent_choices.h"
 
 namespace danqing::service {
 
@@ -51,5 +54,13 @@ Result<RedisEndpoint> ParseRedisUrl(const std::string& url);
 // answer UNAVAILABLE with the reason until the server answers.
 std::unique_ptr<JobStore> NewRedisJobStore(RedisEndpoint endpoint, JobStoreOptions options,
                                            std::string ns = "danqing", std::string consumer = "");
+
+// The verse selectors' no-repeat window shared by every replica, on the
+// connections and under the namespace of `store`, a NewRedisJobStore (null
+// for any other store). Each choice is two round trips: the window read
+// (LRANGE), then the first of the candidates no other replica chose
+// meanwhile recorded (one script: LRANGE, LPUSH, LTRIM). UNAVAILABLE while the server is away:
+// VerseSelector then chooses on its local window.
+std::shared_ptr<verse::RecentChoices> NewRedisRecentChoices(std::shared_ptr<JobStore> store);
 
 }  // namespace danqing::service

@@ -572,6 +572,12 @@ std::string Server::JobMetrics() {
       "finish them.\n";
   out += "# TYPE danqing_jobs_reclaimed_total counter\n";
   out += "danqing_jobs_reclaimed_total " + std::to_string(jobs_reclaimed_.load()) + "\n";
+  out +=
+      "# HELP danqing_verse_window_fallbacks_total Poems chosen on this replica's own no-repeat "
+      "window because the shared one (Redis) failed.\n";
+  out += "# TYPE danqing_verse_window_fallbacks_total counter\n";
+  out += "danqing_verse_window_fallbacks_total " +
+         std::to_string(pipeline_->selector().shared_fallbacks()) + "\n";
   return out;
 }
 

@@ -1,6 +1,9 @@
 #include "verse/selector.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <unordered_set>
 
 namespace danqing::verse {
 namespace {
@@ -14,8 +17,9 @@ uint64_t SplitMix64(uint64_t x) {
 
 }  // namespace
 
-VerseSelector::VerseSelector(const Corpus& corpus, SelectorOptions options)
-    : corpus_(corpus), options_(options) {}
+VerseSelector::VerseSelector(const Corpus& corpus, SelectorOptions options,
+                             std::shared_ptr<RecentChoices> shared)
+    : corpus_(corpus), options_(options), shared_(std::move(shared)) {}
 
 double VerseSelector::Match(const Poem& poem, const std::vector<ThemeWeight>& themes,
                             const SelectorOptions& options) {
@@ -30,9 +34,68 @@ double VerseSelector::Match(const Poem& poem, const std::vector<ThemeWeight>& th
   return score;
 }
 
+std::vector<int> VerseSelector::Candidates(const Scored& scored, uint64_t seed,
+                                           const std::function<bool(int)>& excluded) const {
+  std::vector<int> candidates;
+  double best = -1;
+  for (const auto& [score, idx] : scored) {
+    if (excluded(idx)) continue;
+    if (best < 0) best = score;
+    if (score < best * options_.near_best || candidates.size() >= options_.max_candidates) break;
+    candidates.push_back(idx);
+  }
+  if (!candidates.empty()) {
+    const auto first = static_cast<std::ptrdiff_t>(SplitMix64(seed) % candidates.size());
+    std::rotate(candidates.begin(), candidates.begin() + first, candidates.end());
+  }
+  return candidates;
+}
+
+Result<int> VerseSelector::ChooseShared(const Scored& scored, uint64_t seed) {
+  const auto& poems = corpus_.poems();
+  // The choice, then the other candidates in turn, go to Record(): it keeps
+  // the first that no other selector recorded since Recent() was read. Only
+  // when every one was (a burst on a small corpus) is the window read again.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    auto recent = shared_->Recent(options_.no_repeat_window);
+    if (!recent.ok()) return recent.status();
+    const std::unordered_set<int> taken(recent->begin(), recent->end());  // poem ids
+    const std::vector<int> candidates = Candidates(
+        scored, seed, [&](int idx) { return taken.count(poems[static_cast<size_t>(idx)].id) > 0; });
+    if (candidates.empty()) break;  // every poem that fits is in the window
+    std::vector<int> ids;
+    for (int idx : candidates) ids.push_back(poems[static_cast<size_t>(idx)].id);
+    auto recorded = shared_->Record(ids, options_.no_repeat_window);
+    if (!recorded.ok()) return recorded.status();
+    if (*recorded >= 0 && static_cast<size_t>(*recorded) < candidates.size()) {
+      return candidates[static_cast<size_t>(*recorded)];
+    }
+  }
+  return scored.front().second;  // a repeat, as on the local window
+}
+
+void VerseSelector::RememberLocally(int idx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  recent_.push_back(idx);
+  while (recent_.size() > options_.no_repeat_window) recent_.pop_front();
+}
+
+void VerseSelector::SharedFailed(const Status& why) {
+  shared_fallbacks_.fetch_add(1);
+  std::lock_guard<std::mutex> lock(mu_);
+  shared_retry_at_ = std::chrono::steady_clock::now() + options_.shared_retry;
+  if (!shared_down_) {
+    spdlog::warn(
+        "verse: the shared no-repeat window ({}) failed: {}; choosing on this process's "
+        "window until it answers",
+        shared_->Name(), why.message());
+  }
+  shared_down_ = true;
+}
+
 const Poem& VerseSelector::Choose(const std::vector<ThemeWeight>& themes, uint64_t seed) {
   const auto& poems = corpus_.poems();
-  std::vector<std::pair<double, int>> scored;
+  Scored scored;
   scored.reserve(poems.size());
   for (size_t i = 0; i < poems.size(); ++i) {
     scored.emplace_back(Match(poems[i], themes, options_), static_cast<int>(i));
@@ -41,20 +104,34 @@ const Poem& VerseSelector::Choose(const std::vector<ThemeWeight>& themes, uint64
   std::stable_sort(scored.begin(), scored.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
 
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto recently = [&](int idx) {
-    return std::find(recent_.begin(), recent_.end(), idx) != recent_.end();
-  };
-  std::vector<int> candidates;
-  double best = -1;
-  for (const auto& [score, idx] : scored) {
-    if (recently(idx)) continue;
-    if (best < 0) best = score;
-    if (score < best * options_.near_best || candidates.size() >= options_.max_candidates) break;
-    candidates.push_back(idx);
+  if (shared_ && options_.no_repeat_window > 0) {
+    bool try_shared;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      try_shared = !shared_down_ || std::chrono::steady_clock::now() >= shared_retry_at_;
+    }
+    if (try_shared) {
+      auto chosen = ChooseShared(scored, seed);
+      if (chosen.ok()) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (shared_down_) spdlog::info("verse: the shared no-repeat window answers again");
+          shared_down_ = false;
+        }
+        RememberLocally(*chosen);
+        return poems[static_cast<size_t>(*chosen)];
+      }
+      SharedFailed(chosen.status());
+    } else {
+      shared_fallbacks_.fetch_add(1);
+    }
   }
-  int chosen =
-      candidates.empty() ? scored.front().second : candidates[SplitMix64(seed) % candidates.size()];
+
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<int> candidates = Candidates(scored, seed, [&](int idx) {
+    return std::find(recent_.begin(), recent_.end(), idx) != recent_.end();
+  });
+  const int chosen = candidates.empty() ? scored.front().second : candidates.front();
   recent_.push_back(chosen);
   while (recent_.size() > options_.no_repeat_window) recent_.pop_front();
   return poems[static_cast<size_t>(chosen)];

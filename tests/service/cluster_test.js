@@ -92,6 +92,16 @@ async function main() {
     }
     await expectAllDone(p, ids, 'through the proxy');
     console.log('ok: 9 jobs accepted and fetched through the proxy');
+    // The same photo 9 times, rendered by whichever replica claimed it: no
+    // poem twice, as the no-repeat window (64) is shared through Redis (each
+    // replica on its own would give the photo's first poem once per replica).
+    const poems = [];
+    for (const id of ids) {
+      const r = await get(p, '/v1/inscriptions/' + id);
+      poems.push(JSON.parse(r.body.toString()).verse.id);
+    }
+    assert.strictEqual(new Set(poems).size, poems.length, 'a poem repeated: ' + poems);
+    console.log('ok: 9 inscriptions of one photo across the replicas, 9 different poems');
 
     // 2. A replica killed in the middle of its renders: its claimed jobs are
     // taken over after the claim timeout, and none is lost.

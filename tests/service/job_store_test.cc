@@ -16,6 +16,8 @@
 
 #include "service/redis_job_store.h"
 #include "testing/cluster/redis_server.h"
+#include "verse/corpus.h"
+#include "verse/selector.h"
 
 namespace danqing::service {
 namespace {
@@ -356,6 +358,86 @@ TEST(RedisJobStoreTest, UnreachableIsUnavailableWithTheReasonAndRecovers) {
   if (!status.ok()) status = s->GetStatus(Id(1));
   ASSERT_TRUE(status.ok()) << status.status().ToString();
   EXPECT_EQ(status->state, JobState::kQueued);
+}
+
+// The verse selectors' no-repeat window on Redis: two replicas (two stores,
+// two selectors) choose for the same photo again and again, in turn and at
+// once, and never repeat each other within the window; with Redis lost each
+// still answers, on its own window (counted), and uses the shared one again
+// when Redis is back.
+TEST(RedisRecentChoicesTest, TwoReplicasShareTheWindowAndALostRedisFallsBack) {
+  danqing::testing::RedisServer redis;
+  ASSERT_TRUE(redis.Start());
+  auto corpus = verse::Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
+  ASSERT_TRUE(corpus.ok());
+  std::shared_ptr<JobStore> s1 = StoreOn(redis), s2 = StoreOn(redis);
+  auto w1 = NewRedisRecentChoices(s1), w2 = NewRedisRecentChoices(s2);
+  ASSERT_NE(w1, nullptr);
+  ASSERT_NE(w2, nullptr);
+  EXPECT_EQ(NewRedisRecentChoices(NewInProcessJobStore({})), nullptr) << "Redis stores only";
+  const verse::SelectorOptions o{.no_repeat_window = 16,
+                                 .shared_retry = std::chrono::milliseconds(300)};
+  verse::VerseSelector a(*corpus, o, w1), b(*corpus, o, w2);
+  const std::vector<verse::ThemeWeight> photo = {{"雪", 1.0}};
+
+  std::vector<int> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i % 2 ? b : a).Choose(photo, 7).id);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (size_t j = i + 1; j < ids.size() && j < i + 17; ++j) {
+      EXPECT_NE(ids[i], ids[j]) << "repeat at " << i << " and " << j;
+    }
+  }
+  EXPECT_EQ(redis.Cli("LLEN danqing:verse:recent"), "16\n") << "the window is bounded";
+  EXPECT_EQ(redis.Cli("LINDEX danqing:verse:recent 0"), std::to_string(ids.back()) + "\n");
+
+  // At once, from two threads each: 24 choices, no two the same (window 32;
+  // about 40 poems fit this photo).
+  redis.Cli("DEL danqing:verse:recent");
+  {
+    const verse::SelectorOptions wide{.no_repeat_window = 32};
+    verse::VerseSelector c(*corpus, wide, w1), d(*corpus, wide, w2);
+    std::mutex mu;
+    std::vector<int> at_once;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 6; ++i) {
+          const int id = (t % 2 ? d : c).Choose(photo, 7).id;
+          std::lock_guard<std::mutex> lock(mu);
+          at_once.push_back(id);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(std::set<int>(at_once.begin(), at_once.end()).size(), at_once.size());
+    EXPECT_EQ(c.shared_fallbacks() + d.shared_fallbacks(), 0u);
+  }
+
+  // A corrupt entry excludes nothing and breaks nothing.
+  redis.Cli("LPUSH danqing:verse:recent not-a-number");
+  auto recent = w1->Recent(64);
+  ASSERT_TRUE(recent.ok()) << recent.status().ToString();
+  EXPECT_EQ(recent->size(), 24u);
+  EXPECT_GT(a.Choose(photo, 7).id, 0);
+
+  // Lost: every choice still answers, on the local window, counted.
+  redis.Kill();
+  std::set<int> local;
+  for (int i = 0; i < 4; ++i) local.insert(a.Choose(photo, 7).id);
+  EXPECT_EQ(local.size(), 4u) << "no repeat on the local window";
+  EXPECT_EQ(a.shared_fallbacks(), 4u);
+  EXPECT_EQ(w1->Recent(16).status().code(), StatusCode::kUnavailable);
+
+  // Back: after shared_retry the shared window is used again (the first try
+  // may still meet a pooled connection that died with the server).
+  ASSERT_TRUE(redis.Start());
+  bool shared_again = false;
+  for (int n = 0; n < 5 && !shared_again; ++n) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(350));
+    const int id = a.Choose(photo, 7).id;
+    shared_again = redis.Cli("LINDEX danqing:verse:recent 0") == std::to_string(id) + "\n";
+  }
+  EXPECT_TRUE(shared_again);
 }
 
 TEST(RedisJobStoreTest, ARestartWithAofLosesNoAcceptedJob) {

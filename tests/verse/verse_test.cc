@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <deque>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "testing/support/fifo.h"
 #include "verse/corpus.h"
@@ -159,6 +162,110 @@ TEST(SelectorTest, WindowLargerThanCorpusStillAnswers) {
   ASSERT_TRUE(c.ok());
   VerseSelector s(*c, {.no_repeat_window = 10});
   for (int i = 0; i < 5; ++i) EXPECT_FALSE(s.Choose({{"春", 1.0}}, 1).title.empty());
+}
+
+// A shared window in memory, as the Redis one behaves (Record refuses an id
+// already among the newest `window`), that can be made to fail or to lose a
+// race (another selector recording the same poem between Recent and Record).
+class FakeRecentChoices : public RecentChoices {
+ public:
+  Result<std::vector<int>> Recent(size_t window) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++reads;
+    if (down) return Unavailable("fake window down");
+    std::vector<int> out(ids_.begin(), ids_.begin() + std::min(window, ids_.size()));
+    return out;
+  }
+  Result<int> Record(const std::vector<int>& poem_ids, size_t window) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++writes;
+    if (down) return Unavailable("fake window down");
+    if (race_next && !poem_ids.empty()) {  // someone else took the first choice just now
+      race_next = false;
+      raced_id = poem_ids.front();
+      ids_.push_front(raced_id);
+    }
+    const auto end = ids_.begin() + std::min(window, ids_.size());
+    for (size_t i = 0; i < poem_ids.size(); ++i) {
+      if (std::find(ids_.begin(), end, poem_ids[i]) != end) continue;
+      ids_.push_front(poem_ids[i]);
+      while (ids_.size() > window) ids_.pop_back();
+      return static_cast<int>(i);
+    }
+    return -1;
+  }
+  std::string Name() const override { return "fake"; }
+  std::deque<int> ids() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ids_;
+  }
+
+  bool down = false, race_next = false;
+  int raced_id = -1, reads = 0, writes = 0;
+
+ private:
+  std::mutex mu_;
+  std::deque<int> ids_;  // newest first
+};
+
+// Two selectors (two replicas) on one window: neither repeats a poem the
+// other chose within it, though each alone would choose the same poems (the
+// same photos, the same seeds).
+TEST(SharedWindowTest, TwoSelectorsDoNotRepeatEachOthersChoices) {
+  auto c = Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
+  ASSERT_TRUE(c.ok());
+  auto shared = std::make_shared<FakeRecentChoices>();
+  VerseSelector a(*c, {.no_repeat_window = 16}, shared), b(*c, {.no_repeat_window = 16}, shared);
+  std::vector<int> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i % 2 ? b : a).Choose({{"雪", 1.0}}, 7).id);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (size_t j = i + 1; j < ids.size() && j < i + 17; ++j) {
+      EXPECT_NE(ids[i], ids[j]) << "repeat at " << i << " and " << j;
+    }
+  }
+  EXPECT_EQ(shared->ids().size(), 16u) << "the window is bounded";
+  EXPECT_EQ(shared->ids().front(), ids.back()) << "newest first";
+  EXPECT_EQ(a.shared_fallbacks() + b.shared_fallbacks(), 0u);
+
+  // Without the shared window the two repeat each other at once.
+  VerseSelector alone_a(*c, {.no_repeat_window = 16}), alone_b(*c, {.no_repeat_window = 16});
+  EXPECT_EQ(alone_a.Choose({{"雪", 1.0}}, 7).id, alone_b.Choose({{"雪", 1.0}}, 7).id);
+}
+
+TEST(SharedWindowTest, APoemTakenMeanwhileByAnotherSelectorIsNotChosen) {
+  auto c = Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
+  ASSERT_TRUE(c.ok());
+  auto shared = std::make_shared<FakeRecentChoices>();
+  VerseSelector s(*c, {.no_repeat_window = 16}, shared);
+  shared->race_next = true;
+  const int id = s.Choose({{"雪", 1.0}}, 7).id;
+  ASSERT_GE(shared->raced_id, 0);
+  EXPECT_NE(id, shared->raced_id);
+  EXPECT_EQ(shared->ids().front(), id);
+  EXPECT_EQ(shared->writes, 1) << "the next candidate in the same round trip";
+  EXPECT_EQ(shared->reads, 1);
+}
+
+TEST(SharedWindowTest, ALostWindowFallsBackToTheLocalOneAndIsTriedAgain) {
+  auto c = Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
+  ASSERT_TRUE(c.ok());
+  auto shared = std::make_shared<FakeRecentChoices>();
+  VerseSelector s(*c, {.no_repeat_window = 16, .shared_retry = std::chrono::milliseconds(1000)},
+                  shared);
+  std::vector<int> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(s.Choose({{"雪", 1.0}}, 7).id);
+  shared->down = true;
+  // Every choice still answers, on the local window (which holds the shared
+  // choices too: no repeat across the change).
+  for (int i = 0; i < 8; ++i) ids.push_back(s.Choose({{"雪", 1.0}}, 7).id);
+  EXPECT_EQ(std::set<int>(ids.begin(), ids.end()).size(), ids.size()) << "no repeat";
+  EXPECT_EQ(s.shared_fallbacks(), 8u);
+  EXPECT_EQ(shared->reads, 5) << "tried once, then left alone until shared_retry";
+  shared->down = false;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const int next = s.Choose({{"雪", 1.0}}, 7).id;
+  EXPECT_EQ(shared->ids().front(), next) << "the shared window is used again";
+  EXPECT_EQ(s.shared_fallbacks(), 8u);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "verse/corpus.h"
@@ -82,6 +83,8 @@ class VerseSelector {
 
   const Corpus& corpus_;
   const SelectorOptions options_;
+  std::unordered_map<std::string, int> theme_ids_;  // every theme of the corpus, numbered
+  std::vector<std::vector<int>> poem_themes_;       // per poem, its themes' numbers in order
   const std::shared_ptr<RecentChoices> shared_;
   std::mutex mu_;
   std::deque<int> recent_;  // poem indices, guarded by mu_

@@ -143,6 +143,32 @@ TEST(SelectorTest, SameSeedSameChoiceWithoutWindow) {
   EXPECT_GT(seen.size(), 5u) << "different photos should get different verses";
 }
 
+// Choose scores on numbered themes and sorts only the poems that share one
+// with the photo: its best is Match's best (the first in corpus order among
+// equals), for cues the corpus has, one it lacks, none, and a negative weight.
+TEST(SelectorTest, ChoiceIsMatchsBestInCorpusOrder) {
+  auto c = Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
+  ASSERT_TRUE(c.ok());
+  const std::vector<std::vector<ThemeWeight>> cases = {
+      {{"江河湖海", 0.8}, {"山水", 0.5}},
+      {{"雪", 1.0}},
+      {{"花", 0.9}, {"春", 0.4}, {"雨露", 0.3}, {"no such theme", 1.0}},
+      {},
+      {{"秋", -0.5}, {"月夜", 0.2}},
+      {{"秋", -0.5}},
+  };
+  for (const auto& themes : cases) {
+    VerseSelector s(*c, {.no_repeat_window = 0, .near_best = 1.0, .max_candidates = 1});
+    const Poem* best = nullptr;
+    double best_score = 0;
+    for (const Poem& p : c->poems()) {
+      const double m = VerseSelector::Match(p, themes);
+      if (best == nullptr || m > best_score) best = &p, best_score = m;
+    }
+    EXPECT_EQ(s.Choose(themes, 3).id, best->id) << "themes: " << themes.size();
+  }
+}
+
 TEST(SelectorTest, NoRepeatWithinWindow) {
   auto c = Corpus::Load(DANQING_SOURCE_DIR "/data/verse/poems.tsv");
   ASSERT_TRUE(c.ok());

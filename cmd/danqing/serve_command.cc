@@ -59,6 +59,7 @@ struct ServeFlags {
   int claim_timeout_s = 60;
   int jobs_per_client = 4;
   size_t event_streams = 16;
+  double result_cache_mb = 128;
   bool trust_forwarded_for = false;
 };
 
@@ -145,6 +146,7 @@ int RunServe(const ServeFlags& f) {
   options.job_store_options = store_options;
   options.max_jobs_per_client = f.jobs_per_client;
   options.max_event_streams = f.event_streams;
+  options.result_cache_bytes = static_cast<size_t>(f.result_cache_mb * (1 << 20));
   options.trust_forwarded_for = f.trust_forwarded_for;
   options.job_store = redis_store;
   service::Server server(options, &pipeline, &metrics);
@@ -282,6 +284,10 @@ void RegisterServeCommand(CLI::App& app) {
                   "Server-sent event streams open at once (each holds an HTTP thread)")
       ->capture_default_str()
       ->check(CLI::Range(size_t{0}, size_t{4096}));
+  cmd->add_option("--result-cache-mb", flags->result_cache_mb,
+                  "Recent results kept in this replica's memory for GET (the store keeps them all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 65536.0));
   cmd->add_flag("--trust-forwarded-for", flags->trust_forwarded_for,
                 "Take the visitor's address from the last X-Forwarded-For hop (behind a proxy)");
   cmd->callback([flags] {

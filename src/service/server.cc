@@ -337,12 +337,27 @@ std::string Server::NewId() {
   return id;
 }
 
+namespace {
+size_t StoredBytes(const StoredInscription& s) {
+  return s.json.size() + s.content_type.size() + s.image.size() + s.writing_png.size() +
+         s.background_jpeg.size();
+}
+}  // namespace
+
 void Server::Store(const std::string& id, std::shared_ptr<const Stored> stored) {
   std::lock_guard<std::mutex> lock(cache_mu_);
+  if (auto it = cache_.find(id); it != cache_.end()) {  // kept again: moves to the front
+    cache_bytes_ -= StoredBytes(*it->second);
+    cache_order_.remove(id);
+  }
+  cache_bytes_ += StoredBytes(*stored);
   cache_[id] = std::move(stored);
   cache_order_.push_front(id);
-  while (cache_order_.size() > options_.result_cache_entries) {
-    cache_.erase(cache_order_.back());
+  while (cache_order_.size() > 1 && (cache_order_.size() > options_.result_cache_entries ||
+                                     cache_bytes_ > options_.result_cache_bytes)) {
+    auto oldest = cache_.find(cache_order_.back());
+    cache_bytes_ -= StoredBytes(*oldest->second);
+    cache_.erase(oldest);
     cache_order_.pop_back();
   }
 }

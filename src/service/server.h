@@ -83,7 +83,12 @@ struct ServerOptions {
   std::chrono::seconds keep_alive_timeout{5};
   // Connections waiting for bytes, per port; past it the longest waiting is closed.
   size_t max_idle_connections = 512;
-  size_t result_cache_entries = 64;  // recent inscriptions kept for GET by id
+  // Recent inscriptions kept in this replica for GET by id (in front of the
+  // job store, which keeps every result for its TTL): at most this many, and
+  // at most this many bytes of images, JSON and writing data together (the
+  // newest is kept even when it alone is larger).
+  size_t result_cache_entries = 64;
+  size_t result_cache_bytes = 128u << 20;
   // /healthz, /readyz and /metrics also on this port, with threads of their
   // own, so that the kubelet's probes are answered while uploads (slow phones,
   // or clients that stall on purpose) hold every thread of the main port.
@@ -245,6 +250,7 @@ class Server {
   mutable std::mutex cache_mu_;
   std::list<std::string> cache_order_;  // guarded by cache_mu_, newest first
   std::map<std::string, std::shared_ptr<const Stored>> cache_;  // guarded by cache_mu_
+  size_t cache_bytes_ = 0;  // guarded by cache_mu_: the bytes of what cache_ holds
 };
 
 // The JSON body describing an inscription (verse, themes, features, timings).

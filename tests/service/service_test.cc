@@ -541,6 +541,36 @@ TEST(ServiceVideoTest, EvictedInscriptionIs404) {
   EXPECT_EQ(v->body.substr(4, 4), "ftyp");
 }
 
+// The replica's cache is bounded in bytes too, not only in entries: with a
+// bound smaller than one inscription only the newest synchronous answer is
+// kept (its video is served) and the one before has left (a 404), though
+// the entry bound (64) would have kept both.
+TEST(ServiceVideoTest, CacheBoundInBytesKeepsOnlyTheNewest) {
+  auto r = CreateInscriptionRenderer({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ServerOptions o = SmallOptions();
+  ASSERT_GE(o.result_cache_entries, 2u);
+  o.result_cache_bytes = 1;
+  Service svc(r->get(), o);
+  auto c = svc.Client();
+  const std::string photo = Photo("rocket.jpg");
+  auto post = [&] {
+    auto res = c.Post("/v1/inscriptions?width=320&height=256&writing=true",
+                      httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
+    EXPECT_TRUE(res && res->status == 200);
+    return res ? json::parse(res->body, nullptr, false)["id"].get<std::string>() : "";
+  };
+  const std::string older = post();
+  const std::string newest = post();
+  ASSERT_FALSE(older.empty());
+  auto gone = c.Get(("/v1/inscriptions/" + older + "/video?fps=10&seconds=2").c_str());
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 404) << gone->body;
+  auto v = c.Get(("/v1/inscriptions/" + newest + "/video?fps=10&seconds=2").c_str());
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->status, 200) << v->body;
+}
+
 // Issue 28: a video runs on a render worker, and at most half the workers
 // encode videos at once: while one encodes (2 workers), a second video is
 // refused with 429 and Retry-After, and a still is served; a client that

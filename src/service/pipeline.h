@@ -149,7 +149,8 @@ struct DecodeSize {
 DecodeSize DecodeSizeFor(int photo_width, int photo_height, int analysis_side,
                          const InscribeOptions& options);
 
-// FNV-1a over the bytes: the photo's seed for verse choice and brushwork.
+// A 64-bit hash of the bytes (FNV-1a on 8-byte words, mixed): the photo's seed for verse choice and
+// brushwork.
 uint64_t PhotoHash(std::span<const uint8_t> bytes);
 
 }  // namespace danqing::service

@@ -1171,6 +1171,31 @@ TEST(RenderQueueStagedTest, DestructorRunsTheRestsLeft) {
   EXPECT_EQ(rested.load() + expired.load(), 3);
 }
 
+// The photo's seed: the same bytes give the same hash; one bit changed
+// anywhere (in a whole 8-byte word or in the tail) changes it, in about half
+// of its 64 bits (the final mix).
+TEST(PhotoHashTest, EveryBitCountsAndIsMixed) {
+  std::vector<uint8_t> bytes(1003);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 11);
+  const uint64_t h = PhotoHash(bytes);
+  EXPECT_EQ(PhotoHash(bytes), h);
+  EXPECT_NE(PhotoHash(std::span<const uint8_t>(bytes).first(1002)), h);
+  int flipped_bits = 0, flips = 0;
+  for (size_t at : {size_t{0}, size_t{7}, size_t{8}, size_t{500}, size_t{999}, size_t{1002}}) {
+    for (int bit = 0; bit < 8; ++bit) {
+      bytes[at] ^= static_cast<uint8_t>(1 << bit);
+      const uint64_t other = PhotoHash(bytes);
+      bytes[at] ^= static_cast<uint8_t>(1 << bit);
+      EXPECT_NE(other, h) << at << ":" << bit;
+      flipped_bits += __builtin_popcountll(other ^ h);
+      ++flips;
+    }
+  }
+  const double mean = static_cast<double>(flipped_bits) / flips;
+  EXPECT_GT(mean, 24.0);
+  EXPECT_LT(mean, 40.0);
+}
+
 // What a request decodes: twice the perceiver's analysis side on the longer
 // side, the wash plane (a third of the canvas) for a photo background, never
 // more than the photo; the full photo for a perceiver that wants it.

@@ -273,7 +273,8 @@ void RegisterServeCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1.0, 1024.0 * 1024));
   cmd->add_option("--claim-timeout", flags->claim_timeout_s,
-                  "Seconds after which a claimed, unfinished job is taken by another worker")
+                  "Seconds after which a claimed job whose replica stopped renewing it is taken by "
+                  "another worker")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
   cmd->add_option("--jobs-per-client", flags->jobs_per_client,

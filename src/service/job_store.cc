@@ -305,6 +305,13 @@ class InProcessJobStore final : public JobStore {
     return Status::Ok();
   }
 
+  Status Renew(const std::string& id) override {
+    if (!ValidJobId(id)) return InvalidArgument("the id must be 32 hex digits");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = claimed_.find(id); it != claimed_.end()) it->second = Clock::now();
+    return Status::Ok();
+  }
+
   Status Fail(const std::string& id, const std::string& reason) override {
     if (!ValidJobId(id)) return InvalidArgument("the id must be 32 hex digits");
     std::lock_guard<std::mutex> lock(mu_);

@@ -7,8 +7,9 @@
 //
 // The life of a job: Enqueue (queued, with a ticket in arrival order) ->
 // Claim by one worker (rendering) -> Complete or Fail (done / failed with the
-// reason). A claimed job that is neither completed nor failed within the
-// claim timeout (its worker died) is handed to the next Claim again.
+// reason). A claimed job that is neither completed nor failed, nor renewed
+// (Renew), within the claim timeout (its worker died) is handed to the next
+// Claim again.
 // Complete and Fail are idempotent per id: the first of them wins, later ones
 // change nothing, so a job is finished exactly once or reported failed.
 // Records and results expire after the TTL (default 24 h); a result larger
@@ -124,6 +125,14 @@ class JobStore {
   // bound: the job is then failed with that reason.
   virtual Status Complete(const std::string& id, const StoredInscription& result) = 0;
   virtual Status Fail(const std::string& id, const std::string& reason) = 0;
+
+  // The worker that claimed the job is still rendering it: its claim timeout
+  // starts again, so a render longer than the timeout is not taken over
+  // while its worker lives (the server renews every claim it holds, every
+  // third of the timeout). Only a claim this store instance (its consumer)
+  // holds is renewed: a job meanwhile taken over by another worker, or
+  // finished, is left as it is (OK). UNAVAILABLE: the server is unreachable.
+  virtual Status Renew(const std::string& id) = 0;
 
   // NOT_FOUND for an unknown or expired id.
   virtual Result<JobStatus> GetStatus(const std::string& id) = 0;

@@ -156,6 +156,20 @@ if not payload then return {0, ''} end
 return {payload, redis.call('HGET', jk, 'client') or ''}
 )lua";
 
+// The claim of job ARGV[2] starts its timeout again, if consumer ARGV[3]
+// still holds its stream entry (XCLAIM with no minimum idle time, JUSTID:
+// the entry is not delivered again). ARGV: ns id consumer. 1 renewed, 0 not
+// ours (taken over, finished or gone).
+constexpr const char* kRenew = R"lua(
+local p, id, me = ARGV[1], ARGV[2], ARGV[3]
+local sid = redis.call('HGET', p..':job:'..id, 'sid')
+if not sid then return 0 end
+local held = redis.call('XPENDING', p..':jobs', 'workers', sid, sid, 1, me)
+if #held == 0 then return 0 end
+redis.call('XCLAIM', p..':jobs', 'workers', me, 0, sid, 'JUSTID')
+return 1
+)lua";
+
 // The first finish of a job. ARGV: ns id ok(1/0) data(result or reason) ttl
 // now_ms. 1 finished now, 0 finished before, -1 unknown id.
 constexpr const char* kFinish = R"lua(
@@ -371,6 +385,12 @@ class RedisJobStore final : public JobStore {
   Status Fail(const std::string& id, const std::string& reason) override {
     if (!ValidJobId(id)) return InvalidArgument("the id must be 32 hex digits");
     return Finish(id, "0", reason);
+  }
+
+  Status Renew(const std::string& id) override {
+    if (!ValidJobId(id)) return InvalidArgument("the id must be 32 hex digits");
+    auto r = Eval(kRenew, {ns_, id, consumer_});
+    return r.ok() ? Status::Ok() : r.status();
   }
 
   Result<JobStatus> GetStatus(const std::string& id) override {

@@ -175,6 +175,7 @@ class Server {
   void StartJobs();
   void StopJobs();
   void ClaimLoop();
+  void RenewLoop();
   void RunClaimed(ClaimedJob job);
   // Queues an upload that passed its checks and answers 202, or waits for it
   // (`?wait=N`) and answers like the synchronous path.
@@ -206,6 +207,13 @@ class Server {
   std::shared_ptr<JobStore> store_;
   std::thread claimer_;
   std::atomic<bool> stop_claims_{false};
+  // The claimed jobs this replica is rendering, renewed in the store every
+  // third of the claim timeout by renewer_ (RenewLoop), so that a render
+  // longer than the timeout is not taken over while this replica lives.
+  std::thread renewer_;
+  std::mutex leases_mu_;
+  std::condition_variable leases_cv_;  // StopJobs wakes the renewer
+  std::set<std::string> leases_;       // guarded by leases_mu_
   std::mutex slots_mu_;
   std::condition_variable slots_cv_;  // a claimed job finished, or stopping
   size_t busy_slots_ = 0;             // guarded by slots_mu_: claimed jobs not yet finished

@@ -183,12 +183,38 @@ double Server::LocalRate() const {
 void Server::StartJobs() {
   stop_claims_ = false;
   if (!claimer_.joinable()) claimer_ = std::thread([this] { ClaimLoop(); });
+  if (!renewer_.joinable()) renewer_ = std::thread([this] { RenewLoop(); });
 }
 
 void Server::StopJobs() {
   stop_claims_ = true;
   slots_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(leases_mu_);  // no wake-up lost between check and wait
+  }
+  leases_cv_.notify_all();
   if (claimer_.joinable()) claimer_.join();
+  if (renewer_.joinable()) renewer_.join();
+}
+
+void Server::RenewLoop() {
+  const auto every = std::max<std::chrono::milliseconds>(
+      std::chrono::milliseconds(50), options_.job_store_options.claim_timeout / 3);
+  std::unique_lock<std::mutex> lock(leases_mu_);
+  while (!stop_claims_) {
+    leases_cv_.wait_for(lock, every, [&] { return stop_claims_.load(); });
+    if (stop_claims_) return;
+    const std::vector<std::string> held(leases_.begin(), leases_.end());
+    lock.unlock();
+    for (const std::string& id : held) {
+      // A failed renewal only lets another worker take the job over after
+      // the timeout, as it would if this replica had died: logged, not fatal.
+      if (Status st = store_->Renew(id); !st.ok()) {
+        spdlog::warn("job {}: claim not renewed: {}", id, st.message());
+      }
+    }
+    lock.lock();
+  }
 }
 
 void Server::ClaimLoop() {
@@ -229,7 +255,15 @@ void Server::RunClaimed(ClaimedJob job) {
     ++jobs_reclaimed_;
     spdlog::info("job {}: taken over from a worker that did not finish it", job.id);
   }
-  const auto release = [this] {
+  {
+    std::lock_guard<std::mutex> lock(leases_mu_);
+    leases_.insert(job.id);
+  }
+  const auto release = [this, id = job.id] {
+    {
+      std::lock_guard<std::mutex> lock(leases_mu_);
+      leases_.erase(id);
+    }
     {
       std::lock_guard<std::mutex> lock(slots_mu_);
       --busy_slots_;

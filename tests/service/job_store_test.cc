@@ -150,6 +150,31 @@ TEST_P(JobStoreTest, AJobWhoseWorkerDiedIsClaimedAgain) {
   EXPECT_FALSE(after->has_value()) << "a finished job was handed out again";
 }
 
+// A worker still rendering renews its claim: the job is not taken over
+// while the renewals come, however long past the timeout, and is once they
+// stop (the worker died).
+TEST_P(JobStoreTest, ARenewedClaimIsNotTakenOver) {
+  JobStoreOptions o;
+  o.claim_timeout = std::chrono::milliseconds(300);
+  auto s = Make(o);
+  ASSERT_TRUE(s->Enqueue(Id(5), "c", Job(), {}, nullptr, nullptr).ok());
+  ClaimedJob first = MustClaim(*s);
+  EXPECT_FALSE(first.reclaimed);
+  for (int i = 0; i < 10; ++i) {  // 1 s, three timeouts
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(s->Renew(Id(5)).ok());
+    auto none = s->Claim(std::chrono::milliseconds(1));
+    ASSERT_TRUE(none.ok()) << none.status().ToString();
+    EXPECT_FALSE(none->has_value()) << "taken over while renewed, after " << (i + 1) * 100 << " ms";
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  ClaimedJob again = MustClaim(*s);
+  EXPECT_EQ(again.id, Id(5));
+  EXPECT_TRUE(again.reclaimed);
+  EXPECT_TRUE(s->Renew(Id(6)).ok()) << "a job never claimed: nothing to renew";
+  EXPECT_EQ(s->Renew("../x").code(), StatusCode::kInvalidArgument);
+}
+
 TEST_P(JobStoreTest, AdmissionRefusesPastTheQueueBoundAndTheClientLimit) {
   auto s = Make();
   Admission a{.max_waiting = 2, .max_per_client = 0};
@@ -472,6 +497,41 @@ TEST(RedisJobStoreTest, ARestartWithAofLosesNoAcceptedJob) {
 // Waiters wake on PUBLISHed notices, not by polling: a claim and a finish in
 // one replica reach another replica's listener; the subscriber comes back
 // after Redis does, with an "every job" notice.
+// A renewal only keeps a claim its own consumer holds: replica A's worker,
+// taken for dead and its job taken over by B, does not take the job back
+// or keep B's claim alive by renewing; when B dies too, C takes it.
+TEST(RedisJobStoreTest, ARenewalKeepsOnlyItsOwnConsumersClaim) {
+  danqing::testing::RedisServer redis;
+  ASSERT_TRUE(redis.Start()) << "redis-server did not start (scripts/setup.sh installs it)";
+  auto e = ParseRedisUrl(redis.url());
+  ASSERT_TRUE(e.ok());
+  JobStoreOptions o;
+  o.claim_timeout = std::chrono::milliseconds(300);
+  auto a = NewRedisJobStore(*e, o, "renew", "a");
+  auto b = NewRedisJobStore(*e, o, "renew", "b");
+  auto c = NewRedisJobStore(*e, o, "renew", "c");
+  ASSERT_TRUE(a->Enqueue(Id(7), "v", Job(), {}, nullptr, nullptr).ok());
+  auto claim = [](JobStore& s) {
+    auto r = s.Claim(std::chrono::milliseconds(500));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::optional<ClaimedJob>();
+  };
+  ASSERT_TRUE(claim(*a).has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // A looks dead
+  auto taken = claim(*b);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_TRUE(taken->reclaimed);
+  // A renews for two timeouts; B (now dead too) renews nothing.
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(a->Renew(Id(7)).ok());
+  }
+  auto third = claim(*c);
+  ASSERT_TRUE(third.has_value()) << "A's renewals kept a claim it no longer held";
+  EXPECT_EQ(third->id, Id(7));
+  EXPECT_TRUE(third->reclaimed);
+}
+
 TEST(RedisJobStoreTest, ClaimsAndFinishesArePublishedToEveryReplicasListener) {
   danqing::testing::RedisServer redis;
   ASSERT_TRUE(redis.Start());

@@ -310,6 +310,43 @@ TEST(ServiceJobsTest, ReplicasShareOneRedisQueueAndStore) {
   EXPECT_THAT(m->body, HasSubstr("danqing_job_store_up{store=\"redis\"} 1"));
 }
 
+// A render longer than the claim timeout is not taken over while its replica
+// lives: the replica renews its claims (every third of the timeout). Replica
+// A's render is held for five timeouts; replica B, idle beside it, takes
+// nothing over, and A's answer is the one stored.
+TEST(ServiceJobsTest, ALongRenderIsNotTakenOverWhileItsReplicaLives) {
+  danqing::testing::RedisServer redis;
+  ASSERT_TRUE(redis.Start());
+  JobStoreOptions store;
+  store.claim_timeout = std::chrono::milliseconds(300);
+  auto shared = [&] {
+    return std::shared_ptr<JobStore>(
+        NewRedisJobStore(*ParseRedisUrl(redis.url()), store, "danqing"));
+  };
+  GatedRenderer held, open(true);
+  ServerOptions a = Options(), b = Options();
+  a.job_store = shared();
+  b.job_store = shared();
+  a.job_store_options = b.job_store_options = store;
+  Service sa(&held, a);
+  auto ca = sa.Client();
+  auto r = Post(ca);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 202) << r->body;
+  const std::string id = json::parse(r->body)["id"];
+  held.WaitStarted(1);  // A's worker has it
+  Service sb(&open, b);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto cb = sb.Client();
+  auto status = cb.Get(("/v1/inscriptions/" + id).c_str());
+  ASSERT_TRUE(status);
+  EXPECT_EQ(json::parse(status->body).value("state", ""), "rendering") << status->body;
+  EXPECT_THAT(cb.Get("/metrics")->body, HasSubstr("danqing_jobs_reclaimed_total 0"));
+  held.Release();
+  EXPECT_EQ(WaitDone(cb, id)["state"], "done");
+  EXPECT_THAT(cb.Get("/metrics")->body, HasSubstr("danqing_jobs_reclaimed_total 0"));
+}
+
 TEST(ServiceJobsTest, RedisLostGives503AndFailingReadinessThenRecovers) {
   danqing::testing::RedisServer redis;
   ASSERT_TRUE(redis.Start());

@@ -50,6 +50,19 @@ struct ApiFixture {
     }
     client = std::move(cl).value();
   }
+
+  // Writes a kubeconfig at `path` for this emulator (its URL, the PKI's CA,
+  // the bearer token test-token), as an operator would give --kubeconfig.
+  // Returns false when the file could not be written.
+  bool WriteKubeconfig(const std::string& path) const {
+    std::ofstream out(path);
+    out << "apiVersion: v1\nkind: Config\nclusters:\n- name: emu\n  cluster:\n    server: "
+        << server->url() << "\n    certificate-authority: " << pki.ca_cert
+        << "\nusers:\n- name: agent\n  user:\n    token: test-token\ncontexts:\n- name: emu\n"
+           "  context:\n    cluster: emu\n    user: agent\ncurrent-context: emu\n";
+    out.close();
+    return static_cast<bool>(out);
+  }
 };
 
 // An 8-GPU A100 node with mixed MIG: the checked-in 4-GPU profile

@@ -177,15 +177,7 @@ int main(int argc, char** argv) {
     for (int c = 0; c < 200; ++c) {
       const std::string gpu = c % 2 == 0 ? "gpu-3" : "gpu-7";  // the two whole GPUs
       const json stored = api->server->PutClaim(
-          {{"metadata", {{"namespace", "art"}, {"name", "claim-" + std::to_string(c)}}},
-           {"status",
-            {{"allocation",
-              {{"devices",
-                {{"results",
-                  {{{"request", "gpu"},
-                    {"driver", "gpu.danqing.io"},
-                    {"pool", "node-a"},
-                    {"device", gpu}}}}}}}}}}});
+          danqing::testing::AllocatedClaim("art", "claim-" + std::to_string(c), "node-a", gpu));
       const std::vector<danqing::testing::DraClaimRef> ref{
           {"art", "claim-" + std::to_string(c), stored["metadata"]["uid"].get<std::string>()}};
       k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse p;

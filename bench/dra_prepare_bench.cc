@@ -101,16 +101,9 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> uids;
   for (int i = 0; i < iterations; ++i) {
-    json claim = {{"metadata", {{"namespace", "bench"}, {"name", "c" + std::to_string(i)}}},
-                  {"status",
-                   {{"allocation",
-                     {{"devices",
-                       {{"results",
-                         {{{"request", "gpu"},
-                           {"driver", "gpu.danqing.io"},
-                           {"pool", dynamic ? "node-a-mig" : "node-a"},
-                           {"device", dynamic ? "gpu-2-mig-1g10gb-at-" + std::to_string(i % 7)
-                                              : "gpu-" + std::to_string(i % 8)}}}}}}}}}}};
+    const json claim = danqing::testing::AllocatedClaim(
+        "bench", "c" + std::to_string(i), dynamic ? "node-a-mig" : "node-a",
+        dynamic ? "gpu-2-mig-1g10gb-at-" + std::to_string(i % 7) : "gpu-" + std::to_string(i % 8));
     uids.push_back(api.server->PutClaim(claim)["metadata"]["uid"]);
   }
   std::vector<double> prepare, repeat, unprepare;

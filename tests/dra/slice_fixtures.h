@@ -65,6 +65,22 @@ struct ApiFixture {
   }
 };
 
+// A ResourceClaim `ns`/`name` allocated one device: `device` of `pool`, for
+// the request "gpu" by the driver gpu.danqing.io; no uid (the API server
+// emulator's PutClaim gives it one).
+inline nlohmann::json AllocatedClaim(const std::string& ns, const std::string& name,
+                                     const std::string& pool, const std::string& device) {
+  return {{"metadata", {{"namespace", ns}, {"name", name}}},
+          {"status",
+           {{"allocation",
+             {{"devices",
+               {{"results",
+                 {{{"request", "gpu"},
+                   {"driver", "gpu.danqing.io"},
+                   {"pool", pool},
+                   {"device", device}}}}}}}}}}};
+}
+
 // An 8-GPU A100 node with mixed MIG: the checked-in 4-GPU profile
 // a100-mig-mixed (GPU0 3g+2g+1g+1g, GPU1 7x1g, GPU2 2x3g, GPU3 no MIG)
 // twice, the second copy with its own UUIDs, minors and bus ids. Writes it to

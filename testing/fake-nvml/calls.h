@@ -50,18 +50,7 @@ void copy_truncated(const std::string& value, char (&buffer)[N]) {
 
 // The NVML_COMPUTE_INSTANCE_PROFILE_*_SLICE constant of a compute instance
 // spanning `slices` compute slices; NVML_COMPUTE_INSTANCE_PROFILE_COUNT where
-// none does.
-inline unsigned spanning_ci_profile(unsigned slices) {
-  switch (slices) {
-    case 1: return NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE;
-    case 2: return NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE;
-    case 3: return NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE;
-    case 4: return NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE;
-    case 6: return NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE;
-    case 7: return NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE;
-    case 8: return NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE;
-    default: return NVML_COMPUTE_INSTANCE_PROFILE_COUNT;
-  }
-}
+// none does. Defined in mig_instances.cc.
+unsigned spanning_ci_profile(unsigned slices);
 
 }  // namespace fake_nvml

@@ -88,6 +88,28 @@ std::vector<nvmlGpuInstancePlacement_t> possible_placements(const MigProfile& p)
   return out;
 }
 
+}  // namespace
+
+namespace fake_nvml {
+
+// NVML_COMPUTE_INSTANCE_PROFILE_* constant spanning `slices` compute slices.
+unsigned spanning_ci_profile(unsigned slices) {
+  switch (slices) {
+    case 1: return NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE;
+    case 2: return NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE;
+    case 3: return NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE;
+    case 4: return NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE;
+    case 6: return NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE;
+    case 7: return NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE;
+    case 8: return NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE;
+    default: return NVML_COMPUTE_INSTANCE_PROFILE_COUNT;
+  }
+}
+
+}  // namespace fake_nvml
+
+namespace {
+
 bool uuid_taken(State& state, const std::string& uuid) {
   for (const Gpu& g : state.node().gpus) {
     if (g.uuid == uuid) return true;

@@ -145,11 +145,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "API server emulator: %s\n", api->error.c_str());
       return 1;
     }
-    std::ofstream(dir + "/kubeconfig")
-        << "apiVersion: v1\nkind: Config\nclusters:\n- name: emu\n  cluster:\n    server: "
-        << api->server->url() << "\n    certificate-authority: " << api->pki.ca_cert
-        << "\nusers:\n- name: agent\n  user:\n    token: test-token\ncontexts:\n- name: emu\n"
-           "  context:\n    cluster: emu\n    user: agent\ncurrent-context: emu\n";
+    if (!api->WriteKubeconfig(dir + "/kubeconfig")) {
+      std::fprintf(stderr, "cannot write the kubeconfig\n");
+      return 1;
+    }
     dra_kubelet = std::make_unique<danqing::testing::DraKubeletEmulator>(
         danqing::testing::DraKubeletOptions{dir + "/registry", {"v1.DRAPlugin"}, 10'000ms});
     if (!dra_kubelet->Start()) return 1;
@@ -178,15 +177,7 @@ int main(int argc, char** argv) {
     for (int c = 0; c < 200; ++c) {
       const std::string gpu = c % 2 == 0 ? "gpu-3" : "gpu-7";  // the two whole GPUs
       const json stored = api->server->PutClaim(
-          {{"metadata", {{"namespace", "art"}, {"name", "claim-" + std::to_string(c)}}},
-           {"status",
-            {{"allocation",
-              {{"devices",
-                {{"results",
-                  {{{"request", "gpu"},
-                    {"driver", "gpu.danqing.io"},
-                    {"pool", "node-a"},
-                    {"device", gpu}}}}}}}}}}});
+          danqing::testing::AllocatedClaim("art", "claim-" + std::to_string(c), "node-a", gpu));
       const std::vector<danqing::testing::DraClaimRef> ref{
           {"art", "claim-" + std::to_string(c), stored["metadata"]["uid"].get<std::string>()}};
       k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse p;

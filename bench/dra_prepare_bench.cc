@@ -17,15 +17,16 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "agent/agent.h"
+#include "bench/support/dra_agent.h"
+#include "bench/support/stats.h"
 #include "config/config.h"
 #include "testing/kubelet/dra_kubelet_emulator.h"
 #include "testing/support/fake_node.h"
@@ -33,22 +34,14 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using danqing::bench::Clock;
+using danqing::bench::Us;
 using namespace std::chrono_literals;
 using nlohmann::json;
 namespace drav1 = k8s::io::kubelet::pkg::apis::dra::v1;
 
-double Us(Clock::duration d) {
-  return std::chrono::duration<double, std::micro>(d).count();
-}
-
-void Print(const char* what, std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
-  };
-  std::printf("%-30s n=%zu  p50 %8.0f us  p99 %8.0f us  max %8.0f us\n", what, v.size(), at(0.50),
-              at(0.99), v.back());
+void Print(const char* what, const std::vector<double>& us) {
+  danqing::bench::PrintMicros(what, 30, us);
 }
 
 }  // namespace
@@ -75,38 +68,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "API server emulator: %s\n", api.error.c_str());
     return 1;
   }
-  std::ofstream(sockets + "/kubeconfig")
-      << "apiVersion: v1\nkind: Config\nclusters:\n- name: emu\n  cluster:\n    server: "
-      << api.server->url() << "\n    certificate-authority: " << api.pki.ca_cert
-      << "\nusers:\n- name: agent\n  user:\n    token: test-token\ncontexts:\n- name: emu\n"
-         "  context:\n    cluster: emu\n    user: agent\ncurrent-context: emu\n";
+  if (!api.WriteKubeconfig(sockets + "/kubeconfig")) {
+    std::fprintf(stderr, "cannot write the kubeconfig\n");
+    return 1;
+  }
 
-  auto parsed = danqing::config::ParseConfig("version: v1\n", "bench.yaml");
-  danqing::config::Config cfg = *parsed;
-  cfg.danqing.device_plugin_path = sockets + "/dp";
-  cfg.danqing.cdi_root = base + "/cdi";
-  cfg.danqing.nvml_lib = danqing::testing::FakeNvmlLibrary();
-  cfg.danqing.node_features_file = "";
-  cfg.danqing.metrics_addr = "";
-  cfg.danqing.mode = "dra";
-  cfg.danqing.node_name = "node-a";
-  cfg.danqing.dra_plugins_registry = sockets + "/registry";
-  cfg.danqing.dra_plugin_dir = sockets + "/plugin";
-  cfg.danqing.dra_checkpoint_dir = base + "/state";
-  cfg.danqing.kubeconfig = sockets + "/kubeconfig";
+  danqing::config::Config cfg = danqing::bench::DraBenchConfig(sockets, base, "node-a");
   if (dynamic) cfg.danqing.dra_dynamic_mig = {"2"};
   auto client = danqing::agent::ApiClientFor(cfg);
   if (!client.ok() || !*client) {
     std::fprintf(stderr, "API client: %s\n", client.status().ToString().c_str());
     return 1;
   }
-  danqing::agent::Agent agent(danqing::agent::NvmlBackendFactory(), nullptr,
-                              danqing::agent::ApiClaimSourceFactory(**client),
-                              danqing::agent::ApiLink{.client = client->get()});
+  const std::unique_ptr<danqing::agent::Agent> agent = danqing::bench::WiredDraAgent(**client);
   danqing::testing::DraKubeletEmulator kubelet(
       {cfg.danqing.dra_plugins_registry, {"v1.DRAPlugin"}, 10'000ms});
   if (!kubelet.Start()) return 1;
-  if (auto st = agent.Start(cfg); !st.ok()) {
+  if (auto st = agent->Start(cfg); !st.ok()) {
     std::fprintf(stderr, "agent: %s\n", st.ToString().c_str());
     return 1;
   }
@@ -116,23 +94,16 @@ int main(int argc, char** argv) {
   }
   if (dynamic) {
     node.Control(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})");
-    if (auto st = agent.Reload(cfg); !st.ok()) {
+    if (auto st = agent->Reload(cfg); !st.ok()) {
       std::fprintf(stderr, "reload: %s\n", st.ToString().c_str());
       return 1;
     }
   }
   std::vector<std::string> uids;
   for (int i = 0; i < iterations; ++i) {
-    json claim = {{"metadata", {{"namespace", "bench"}, {"name", "c" + std::to_string(i)}}},
-                  {"status",
-                   {{"allocation",
-                     {{"devices",
-                       {{"results",
-                         {{{"request", "gpu"},
-                           {"driver", "gpu.danqing.io"},
-                           {"pool", dynamic ? "node-a-mig" : "node-a"},
-                           {"device", dynamic ? "gpu-2-mig-1g10gb-at-" + std::to_string(i % 7)
-                                              : "gpu-" + std::to_string(i % 8)}}}}}}}}}}};
+    const json claim = danqing::testing::AllocatedClaim(
+        "bench", "c" + std::to_string(i), dynamic ? "node-a-mig" : "node-a",
+        dynamic ? "gpu-2-mig-1g10gb-at-" + std::to_string(i % 7) : "gpu-" + std::to_string(i % 8));
     uids.push_back(api.server->PutClaim(claim)["metadata"]["uid"]);
   }
   std::vector<double> prepare, repeat, unprepare;
@@ -167,7 +138,7 @@ int main(int argc, char** argv) {
   Print("prepare (repeat)", repeat);
   Print("unprepare", unprepare);
   kubelet.Stop();
-  agent.Stop();
+  agent->Stop();
   std::filesystem::remove_all(base);
   std::filesystem::remove_all(sockets);
   return gets == static_cast<uint64_t>(iterations) ? 0 : 1;

@@ -22,15 +22,16 @@
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent/agent.h"
+#include "bench/support/dra_agent.h"
+#include "bench/support/stats.h"
 #include "config/config.h"
 #include "dra/claim_reader.h"
 #include "dra/publisher.h"
@@ -40,22 +41,16 @@
 #include "tests/dra/slice_fixtures.h"
 
 using namespace danqing;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::Ms;
 using nlohmann::json;
 
 namespace {
 
-double Ms(Clock::duration d) {
-  return std::chrono::duration<double, std::milli>(d).count();
-}
-
-void Report(const char* what, std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto q = [&](double p) {
-    return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-  };
-  std::printf("%-34s n=%-5zu p50=%7.3f ms  p99=%7.3f ms  max=%7.3f ms\n", what, v.size(), q(0.50),
-              q(0.99), v.back());
+void Report(const char* what, const std::vector<double>& ms) {
+  const bench::Stats s = bench::Summarize(ms);
+  std::printf("%-34s n=%-5zu p50=%7.3f ms  p99=%7.3f ms  max=%7.3f ms\n", what, s.n, s.p50, s.p99,
+              s.max);
 }
 
 bool HasTaint(const std::vector<json>& all, const std::string& device) {
@@ -115,25 +110,13 @@ int main(int argc, char** argv) {
               expected, disc_ms);
 
   // Through the agent: start to slices, XID to taint and back.
-  std::ofstream(dir.path() + "/kubeconfig")
-      << "apiVersion: v1\nkind: Config\nclusters:\n- name: emu\n  cluster:\n    server: "
-      << fx.server->url() << "\n    certificate-authority: " << fx.pki.ca_cert
-      << "\nusers:\n- name: agent\n  user:\n    token: test-token\ncontexts:\n- name: emu\n"
-         "  context:\n    cluster: emu\n    user: agent\ncurrent-context: emu\n";
-  config::Config cfg = *config::ParseConfig("version: v1\n", "bench.yaml");
-  cfg.danqing.device_plugin_path = dir.path() + "/dp";
-  cfg.danqing.cdi_root = dir.path() + "/cdi";
-  cfg.danqing.nvml_lib = DANQING_FAKE_NVML_LIB;
-  cfg.danqing.node_features_file = "";
-  cfg.danqing.metrics_addr = "";
-  cfg.danqing.mode = "dra";
-  cfg.danqing.node_name = "node-1";
+  if (!fx.WriteKubeconfig(dir.path() + "/kubeconfig")) {
+    std::fprintf(stderr, "cannot write the kubeconfig\n");
+    return 1;
+  }
+  config::Config cfg = bench::DraBenchConfig(dir.path(), dir.path(), "node-1");
   cfg.danqing.sysfs_root = "";
   cfg.danqing.xid_quiet_period = std::chrono::milliseconds(200);
-  cfg.danqing.dra_plugins_registry = dir.path() + "/registry";
-  cfg.danqing.dra_plugin_dir = dir.path() + "/plugin";
-  cfg.danqing.dra_checkpoint_dir = dir.path() + "/state";
-  cfg.danqing.kubeconfig = dir.path() + "/kubeconfig";
   std::vector<double> start_ms;
   for (int i = 0; i < starts; ++i) {
     for (const auto& s : fx.server->Slices()) fx.server->DeleteSlice(s["metadata"]["name"]);
@@ -143,9 +126,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     const auto t0 = Clock::now();
-    agent::Agent a(agent::NvmlBackendFactory(), nullptr, agent::ApiClaimSourceFactory(**api),
-                   agent::ApiLink{.client = api->get()});
-    if (Status st = a.Start(cfg); !st.ok()) {
+    const std::unique_ptr<agent::Agent> a = bench::WiredDraAgent(**api);
+    if (Status st = a->Start(cfg); !st.ok()) {
       std::fprintf(stderr, "agent: %s\n", st.ToString().c_str());
       return 1;
     }
@@ -156,14 +138,13 @@ int main(int argc, char** argv) {
       return 1;
     }
     start_ms.push_back(Ms(Clock::now() - t0));
-    a.Stop();
+    a->Stop();
   }
   std::vector<double> xid_ms, xid_recover_ms;
   {
     auto api = agent::ApiClientFor(cfg);
-    agent::Agent a(agent::NvmlBackendFactory(), nullptr, agent::ApiClaimSourceFactory(**api),
-                   agent::ApiLink{.client = api->get()});
-    if (Status st = a.Start(cfg); !st.ok()) {
+    const std::unique_ptr<agent::Agent> a = bench::WiredDraAgent(**api);
+    if (Status st = a->Start(cfg); !st.ok()) {
       std::fprintf(stderr, "agent: %s\n", st.ToString().c_str());
       return 1;
     }
@@ -202,7 +183,7 @@ int main(int argc, char** argv) {
       }
       xid_recover_ms.push_back(Ms(Clock::now() - (*queued + cfg.danqing.xid_quiet_period)));
     }
-    a.Stop();
+    a->Stop();
   }
 
   // Health change to taint, and back.

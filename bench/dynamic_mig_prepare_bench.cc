@@ -9,59 +9,30 @@
 // NVML's own time on a real GPU (the driver carving the instance: hundreds
 // of ms) is NOT in these figures.
 // Usage: dynamic_mig_prepare_bench [iterations] [state-dir]
-#include <stdlib.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/support/stats.h"
 #include "dra/claim_cdi.h"
 #include "dra/dynamic_mig.h"
 #include "dra/dynamic_mig_cdi.h"
 #include "dra/nvml_mig_control.h"
+#include "testing/support/fake_node.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using danqing::bench::Clock;
+using danqing::bench::Us;
 namespace dra = danqing::dra;
 
-double Us(Clock::duration d) {
-  return std::chrono::duration<double, std::micro>(d).count();
-}
-
-void Print(const char* what, std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
-  };
-  std::printf("%-26s n=%zu  p50 %8.0f us  p99 %8.0f us  max %8.0f us\n", what, v.size(), at(0.50),
-              at(0.99), v.back());
-}
-
-bool Control(const std::string& socket, const std::string& line) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, socket.c_str(), sizeof(a.sun_path) - 1);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return false;
-  }
-  const std::string data = line + "\n";
-  bool ok = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size());
-  std::string reply;
-  char c = 0;
-  while (ok && ::recv(fd, &c, 1, 0) == 1 && c != '\n') reply.push_back(c);
-  ::close(fd);
-  return ok && reply.find("\"ok\":true") != std::string::npos;
+void Print(const char* what, const std::vector<double>& us) {
+  danqing::bench::PrintMicros(what, 26, us);
 }
 
 }  // namespace
@@ -70,18 +41,17 @@ int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 2000;
   const std::string base =
       argc > 2 ? std::string(argv[2]) : "/tmp/dqbench-dmig-" + std::to_string(getpid());
-  const std::string socket = "/tmp/dqbench-dmig-" + std::to_string(getpid()) + ".sock";
   std::filesystem::remove_all(base);
-  ::setenv("FAKE_NVML_PROFILE", DANQING_FAKE_NVML_PROFILE_DIR "/a100-mig-mixed.json", 1);
-  ::setenv("FAKE_NVML_CONTROL", socket.c_str(), 1);
-  auto opened = dra::NvmlMigControl::Open(DANQING_FAKE_NVML_LIB);
+  const danqing::testing::FakeNode fake("a100-mig-mixed");
+  auto opened = dra::NvmlMigControl::Open(danqing::testing::FakeNvmlLibrary());
   if (!opened.ok()) {
     std::fprintf(stderr, "%s\n", opened.status().message().c_str());
     return 1;
   }
   std::shared_ptr<dra::NvmlMigControl> control = std::move(*opened);
-  if (!Control(socket, R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})")) {
-    std::fprintf(stderr, "fake NVML control failed\n");
+  if (const auto r = fake.TryControl(R"({"cmd":"mig","gpu":2,"mig":{"mode":1,"devices":[]}})");
+      r.exit_code != 0) {
+    std::fprintf(stderr, "fake NVML control failed: %s\n", r.out.c_str());
     return 1;
   }
   dra::DynamicMigConfig config;

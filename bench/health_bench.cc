@@ -23,17 +23,18 @@
 
 #include <algorithm>
 #include <chrono>
-#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent/agent.h"
+#include "bench/support/stats.h"
 #include "config/config.h"
 #include "metrics/agent_metrics.h"
 #include "testing/kubelet/kubelet_emulator.h"
@@ -41,21 +42,14 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using danqing::bench::Clock;
 using danqing::testing::KubeletEmulator;
 using namespace std::chrono_literals;
 using Devices = std::vector<::v1beta1::Device>;
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-struct Stats {
-  double p50, p99, max;
-};
-Stats Summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))]; };
-  return {at(0.50), at(0.99), v.back()};
-}
+using danqing::bench::Ms;
+using danqing::bench::Stats;
+using danqing::bench::Summarize;
 
 // One command on the fake NVML's control socket, without a helper process.
 class Control {

@@ -78,6 +78,31 @@ int Fail(const danqing::Status& s) {
   return 1;
 }
 
+// One row of the legibility table: the images scored and their characters
+// written and read.
+struct Tally {
+  LegibilityScore total;
+  int images = 0;
+};
+
+// Scores what the OCR reads of `img` against the poem's `lines` into
+// `tally`; with `verbose`, prints "<label>: read/written read "<text>"" on
+// stderr.
+danqing::Status Score(const danqing::ocr::Ocr& ocr, const danqing::image::Image& img,
+                      const std::vector<std::u32string>& lines, bool verbose,
+                      const std::string& label, Tally* tally) {
+  std::u32string text;
+  auto score = danqing::ocr::ScoreImage(ocr, img, lines, true, &text);
+  if (!score.ok()) return score.status();
+  tally->total += *score;
+  ++tally->images;
+  if (verbose) {
+    std::fprintf(stderr, "%s: %d/%d read \"%s\"\n", label.c_str(), score->read, score->written,
+                 danqing::EncodeUtf8(text).c_str());
+  }
+  return danqing::Status::Ok();
+}
+
 danqing::Status MeasureForms(const render::Renderer& renderer, render::Style style,
                              const render::GlyphFont* style_font, const render::GlyphFont& kai_font,
                              int poems, int seeds, FormsRow* row) {
@@ -250,8 +275,7 @@ int main(int argc, char** argv) {
       "| what | images | characters | read in order | legibility |\n|---|---:|---:|---:|---:|\n");
   auto t0 = std::chrono::steady_clock::now();
   for (render::Style style : styles) {
-    LegibilityScore total;
-    int images = 0;
+    Tally tally;
     for (int p = 0; p < poems; ++p) {
       auto lines = danqing::ocr::PoemLines(kPoems[p]);
       if (!lines.ok()) return Fail(lines.status());
@@ -266,23 +290,17 @@ int main(int argc, char** argv) {
           o.threads = threads;
           auto img = (*renderer)->Render({kPoems[p], "", "", ""}, o);
           if (!img.ok()) return Fail(img.status());
-          std::u32string text;
-          auto score = danqing::ocr::ScoreImage(**ocr, *img, *lines, true, &text);
-          if (!score.ok()) return Fail(score.status());
-          total += *score;
-          ++images;
-          if (verbose) {
-            std::fprintf(stderr, "%s %s seed %d poem %d: %d/%d read \"%s\"\n",
-                         std::string(render::StyleName(style)).c_str(),
-                         std::string(render::BackgroundName(bg)).c_str(), 11 + s, p, score->read,
-                         score->written, danqing::EncodeUtf8(text).c_str());
-          }
+          const std::string label = std::string(render::StyleName(style)) + " " +
+                                    std::string(render::BackgroundName(bg)) + " seed " +
+                                    std::to_string(11 + s) + " poem " + std::to_string(p);
+          if (auto st = Score(**ocr, *img, *lines, verbose, label, &tally); !st.ok())
+            return Fail(st);
         }
       }
     }
     std::printf("| renderer %s (landscape, paper) | %d | %d | %d | %.1f%% |\n",
-                std::string(render::StyleName(style)).c_str(), images, total.written, total.read,
-                100.0 * total.Ratio());
+                std::string(render::StyleName(style)).c_str(), tally.images, tally.total.written,
+                tally.total.read, 100.0 * tally.total.Ratio());
     std::fflush(stdout);
   }
   const std::string nm = DANQING_SOURCE_DIR "/node_modules/@fontsource/";
@@ -302,25 +320,17 @@ int main(int argc, char** argv) {
                   font.status().message().c_str());
       continue;
     }
-    LegibilityScore total;
-    int images = 0;
+    Tally tally;
     for (int p = 0; p < poems; ++p) {
       auto lines = danqing::ocr::PoemLines(kPoems[p]);
       if (!lines.ok()) return Fail(lines.status());
       auto img = danqing::ocr::TypesetColumns(**font, *lines, w, h);
       if (!img.ok()) return Fail(img.status());
-      std::u32string text;
-      auto score = danqing::ocr::ScoreImage(**ocr, *img, *lines, true, &text);
-      if (!score.ok()) return Fail(score.status());
-      total += *score;
-      ++images;
-      if (verbose) {
-        std::fprintf(stderr, "%s poem %d: %d/%d read \"%s\"\n", f.name, p, score->read,
-                     score->written, danqing::EncodeUtf8(text).c_str());
-      }
+      const std::string label = std::string(f.name) + " poem " + std::to_string(p);
+      if (auto st = Score(**ocr, *img, *lines, verbose, label, &tally); !st.ok()) return Fail(st);
     }
-    std::printf("| font %s on white | %d | %d | %d | %.1f%% |\n", f.name, images, total.written,
-                total.read, 100.0 * total.Ratio());
+    std::printf("| font %s on white | %d | %d | %d | %.1f%% |\n", f.name, tally.images,
+                tally.total.written, tally.total.read, 100.0 * tally.total.Ratio());
     std::fflush(stdout);
   }
   // Fidelity of the recovered forms.
@@ -351,26 +361,18 @@ int main(int argc, char** argv) {
         for (uint8_t& v : *cov) v = v != 0 ? 255 : 0;
         return true;
       };
-      LegibilityScore total;
-      int images = 0;
+      Tally tally;
       for (int p = 0; p < poems; ++p) {
         auto lines = danqing::ocr::PoemLines(kPoems[p]);
         if (!lines.ok()) return Fail(lines.status());
         auto img = danqing::ocr::TypesetColumns(raster, *lines, w, h);
         if (!img.ok()) return Fail(img.status());
-        std::u32string text;
-        auto score = danqing::ocr::ScoreImage(**ocr, *img, *lines, true, &text);
-        if (!score.ok()) return Fail(score.status());
-        total += *score;
-        ++images;
-        if (verbose) {
-          std::fprintf(stderr, "%s forms poem %d: %d/%d read \"%s\"\n",
-                       render::CursiveFileName(style).c_str(), p, score->read, score->written,
-                       danqing::EncodeUtf8(text).c_str());
-        }
+        const std::string label =
+            render::CursiveFileName(style) + " forms poem " + std::to_string(p);
+        if (auto st = Score(**ocr, *img, *lines, verbose, label, &tally); !st.ok()) return Fail(st);
       }
       std::printf("| %s | %d | %d | %d | %.1f%% |\n", render::CursiveFileName(style).c_str(),
-                  images, total.written, total.read, 100.0 * total.Ratio());
+                  tally.images, tally.total.written, tally.total.read, 100.0 * tally.total.Ratio());
     }
     std::printf(
         "\n| font (form file) | glyphs | paths per glyph | IoU mean | IoU p10 | IoU min | worst |\n"

@@ -157,7 +157,14 @@ void QueueThroughput(const service::Pipeline& pipeline, std::span<const uint8_t>
     ++done;
     done_cv.notify_all();
   };
-  const auto encode = [&](std::shared_ptr<service::Pipeline::Rendered> canvas) {
+  // What is left of a job once its canvas is rendered: the encode; nothing
+  // where the render failed (the job is finished with its error).
+  const auto encode = [&](Result<service::Pipeline::Rendered> r) -> service::RenderQueue::Rest {
+    if (!r.ok()) {
+      finish(r.status());
+      return nullptr;
+    }
+    auto canvas = std::make_shared<service::Pipeline::Rendered>(std::move(r).value());
     return [&, canvas] { finish(pipeline.Encode(std::move(*canvas))); };
   };
   size_t at_stop = 0;
@@ -185,25 +192,13 @@ void QueueThroughput(const service::Pipeline& pipeline, std::span<const uint8_t>
               }
               auto held = std::make_shared<service::Pipeline::Prepared>(std::move(p).value());
               return [&, held]() -> service::RenderQueue::Rest {
-                auto r = pipeline.Render(std::move(*held));
-                if (!r.ok()) {
-                  finish(r.status());
-                  return nullptr;
-                }
-                return encode(std::make_shared<service::Pipeline::Rendered>(std::move(r).value()));
+                return encode(pipeline.Render(std::move(*held)));
               };
             },
             [] {}, far);
       } else {
         a = q.SubmitStaged(
-            [&]() -> service::RenderQueue::Rest {
-              auto r = pipeline.RunToCanvas(bytes, o);
-              if (!r.ok()) {
-                finish(r.status());
-                return nullptr;
-              }
-              return encode(std::make_shared<service::Pipeline::Rendered>(std::move(r).value()));
-            },
+            [&]() -> service::RenderQueue::Rest { return encode(pipeline.RunToCanvas(bytes, o)); },
             [] {}, far);
       }
       if (a != service::RenderQueue::Admit::kAccepted) Die("the queue refused a job");

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/support/stats.h"
 #include "deviceplugin/plugin_manager.h"
 #include "deviceplugin/resource.h"
 #include "gpu/nvml_backend.h"
@@ -26,21 +27,14 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using danqing::bench::Clock;
 using danqing::testing::KubeletEmulator;
 using namespace std::chrono_literals;
 namespace dp = danqing::deviceplugin;
 
-double Us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
-
-struct Stats {
-  double p50, p99, max;
-};
-Stats Summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))]; };
-  return {at(0.50), at(0.99), v.back()};
-}
+using danqing::bench::Stats;
+using danqing::bench::Summarize;
+using danqing::bench::Us;
 
 std::string TempDir(const char* tag) {
   std::string d = "/tmp/dqbench-" + std::string(tag) + "-" + std::to_string(getpid());

@@ -56,20 +56,35 @@ const Clip& Shared() {
   return *c;
 }
 
-void Encode(benchmark::State& state, const char* preset) {
-  const Clip& c = Shared();
+// The clip every case encodes: 8 s at 30 fps through libx264 at `preset` on
+// one thread.
+video::ClipOptions EightSeconds(const char* preset) {
   video::ClipOptions clip;
   clip.fps = 30;
   clip.seconds = 8;
   clip.preset = preset;
   clip.threads = 1;
   clip.encoder = "libx264";
-  const video::WritingFrames frames{&c.final_image,         &c.writing.background,
-                                    c.writing.ms.data(),    c.writing.plane_width,
-                                    c.writing.plane_height, c.writing.end_ms};
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("danqing-video-bench-" + std::to_string(::getpid()) + ".mp4"))
-                               .string();
+  return clip;
+}
+
+video::WritingFrames FramesOf(const Clip& c) {
+  return {&c.final_image,        &c.writing.background,  c.writing.ms.data(),
+          c.writing.plane_width, c.writing.plane_height, c.writing.end_ms};
+}
+
+// Where a case writes its MP4 (removed when it ends).
+std::string ScratchMp4() {
+  return (std::filesystem::temp_directory_path() /
+          ("danqing-video-bench-" + std::to_string(::getpid()) + ".mp4"))
+      .string();
+}
+
+void Encode(benchmark::State& state, const char* preset) {
+  const Clip& c = Shared();
+  const video::ClipOptions clip = EightSeconds(preset);
+  const video::WritingFrames frames = FramesOf(c);
+  const std::string path = ScratchMp4();
   uint64_t bytes = 0;
   for (auto _ : state) {
     auto r = video::EncodeWritingMp4(frames, clip, path);
@@ -103,19 +118,10 @@ void BM_Video1080p30x8sSuperfast(benchmark::State& s) {
 // compose_ms is the whole clip's composition, per_frame_ms one frame's.
 void Compose(benchmark::State& state, video::DeviceComposerFactory device) {
   const Clip& c = Shared();
-  video::ClipOptions clip;
-  clip.fps = 30;
-  clip.seconds = 8;
-  clip.preset = "ultrafast";
-  clip.threads = 1;
-  clip.encoder = "libx264";
+  video::ClipOptions clip = EightSeconds("ultrafast");
   clip.device_composer = device;
-  const video::WritingFrames frames{&c.final_image,         &c.writing.background,
-                                    c.writing.ms.data(),    c.writing.plane_width,
-                                    c.writing.plane_height, c.writing.end_ms};
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("danqing-video-bench-" + std::to_string(::getpid()) + ".mp4"))
-                               .string();
+  const video::WritingFrames frames = FramesOf(c);
+  const std::string path = ScratchMp4();
   double compose = 0;
   int frames_n = 0;
   for (auto _ : state) {

@@ -18,20 +18,21 @@
 #include <string_view>
 #include <vector>
 
+#include "calls.h"
 #include "codes.h"
 #include "gpu/nvml_abi.h"
 #include "state.h"
 
-#define FAKE_NVML_API __attribute__((visibility("default")))
-
 namespace {
 
+using fake_nvml::copy_truncated;
 using fake_nvml::DeviceRef;
 using fake_nvml::Gpu;
 using fake_nvml::MigDevice;
 using fake_nvml::MigProfile;
 using fake_nvml::PciAddress;
 using fake_nvml::State;
+using fake_nvml::with_handle;
 
 // nvml_abi.h builds the struct version tags with C-style casts; evaluate them
 // once here so the rest of the file stays free of that warning.
@@ -70,12 +71,7 @@ nvmlReturn_t system_call(std::string_view function, Body&& body) {
 // live device that passes the per-GPU checks (lost, failures, unsupported).
 template <typename Body>
 nvmlReturn_t device_call(std::string_view function, nvmlDevice_t handle, Body&& body) {
-  State& state = State::instance();
-  const auto held = state.lock();
-  if (!state.initialised()) return NVML_ERROR_UNINITIALIZED;
-  DeviceRef device;
-  if (const nvmlReturn_t rc = state.resolve(handle, function, device); rc != NVML_SUCCESS) return rc;
-  return body(device);
+  return with_handle(function, handle, [&body](State&, DeviceRef& device) { return body(device); });
 }
 
 // Same for full-GPU-only sensor queries: MIG device handles are NOT_SUPPORTED,
@@ -93,13 +89,6 @@ nvmlReturn_t copy_string(const std::string& value, char* buffer, unsigned int le
   if (length < value.size() + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
   std::memcpy(buffer, value.c_str(), value.size() + 1);
   return NVML_SUCCESS;
-}
-
-template <std::size_t N>
-void copy_truncated(const std::string& value, char (&buffer)[N]) {
-  const std::size_t n = std::min(value.size(), N - 1);
-  std::memcpy(buffer, value.data(), n);
-  buffer[n] = '\0';
 }
 
 nvmlPciInfo_t make_pci_info(const PciAddress& address, unsigned device_id, unsigned subsystem_id) {
@@ -136,18 +125,11 @@ nvmlPciInfo_t gpu_pci_info(const Gpu& gpu) {
 unsigned long long mib_to_bytes(std::uint64_t mib) { return static_cast<unsigned long long>(mib) * kMiB; }
 
 // nvmlComputeInstanceProfile constant for a compute instance spanning
-// `slices` compute slices (NVML_COMPUTE_INSTANCE_PROFILE_*_SLICE).
+// `slices` compute slices; 0 (the 1-slice profile) where no constant spans
+// that many (a profile may give 5).
 unsigned compute_instance_profile(unsigned slices) {
-  switch (slices) {
-    case 1: return 0;
-    case 2: return 1;
-    case 3: return 2;
-    case 4: return 3;
-    case 7: return 4;
-    case 8: return 5;
-    case 6: return 6;
-    default: return 0;
-  }
+  const unsigned profile = fake_nvml::spanning_ci_profile(slices);
+  return profile == NVML_COMPUTE_INSTANCE_PROFILE_COUNT ? 0 : profile;
 }
 
 unsigned long long supported_event_types(const Gpu& gpu) {
@@ -234,21 +216,18 @@ nvmlReturn_t get_attributes(const char* function, nvmlDevice_t handle, nvmlDevic
 
 nvmlReturn_t compute_instance_info(const char* function, nvmlComputeInstance_t handle,
                                    nvmlComputeInstanceInfo_t* info) {
-  State& state = State::instance();
-  const auto held = state.lock();
-  if (!state.initialised()) return NVML_ERROR_UNINITIALIZED;
-  DeviceRef device;
-  if (const nvmlReturn_t rc = state.resolve(handle, function, device); rc != NVML_SUCCESS) return rc;
-  if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  const MigProfile& p = device.gpu->profile_of(*device.mig);
-  *info = nvmlComputeInstanceInfo_t{};
-  info->device = device.handle;  // the parent GPU, as in the real library
-  info->gpuInstance = state.gpu_instance_handle(device.index, device.mig->gpu_instance_id);
-  info->id = device.mig->compute_instance_id;
-  info->profileId = compute_instance_profile(p.slice_count);
-  info->placement.start = 0;
-  info->placement.size = p.slice_count;
-  return NVML_SUCCESS;
+  return with_handle(function, handle, [info](State& state, DeviceRef& device) {
+    if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const MigProfile& p = device.gpu->profile_of(*device.mig);
+    *info = nvmlComputeInstanceInfo_t{};
+    info->device = device.handle;  // the parent GPU, as in the real library
+    info->gpuInstance = state.gpu_instance_handle(device.index, device.mig->gpu_instance_id);
+    info->id = device.mig->compute_instance_id;
+    info->profileId = compute_instance_profile(p.slice_count);
+    info->placement.start = 0;
+    info->placement.size = p.slice_count;
+    return NVML_SUCCESS;
+  });
 }
 
 nvmlReturn_t nvlink_remote_pci(const char* function, nvmlDevice_t handle, unsigned int link, nvmlPciInfo_t* pci,
@@ -614,33 +593,28 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, uns
 }
 
 FAKE_NVML_API nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t* info) {
-  State& state = State::instance();
-  const auto held = state.lock();
-  if (!state.initialised()) return NVML_ERROR_UNINITIALIZED;
-  DeviceRef d;
-  if (const nvmlReturn_t rc = state.resolve(gpuInstance, __func__, d); rc != NVML_SUCCESS) return rc;
-  if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  const MigProfile& p = d.gpu->profile_of(*d.mig);
-  *info = nvmlGpuInstanceInfo_t{};
-  info->device = d.handle;
-  info->id = d.mig->gpu_instance_id;
-  info->profileId = p.id;
-  info->placement.start = d.mig->placement_start;
-  info->placement.size = p.memory_slices;
-  return NVML_SUCCESS;
+  return with_handle(__func__, gpuInstance, [info](State&, DeviceRef& d) {
+    if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const MigProfile& p = d.gpu->profile_of(*d.mig);
+    *info = nvmlGpuInstanceInfo_t{};
+    info->device = d.handle;
+    info->id = d.mig->gpu_instance_id;
+    info->profileId = p.id;
+    info->placement.start = d.mig->placement_start;
+    info->placement.size = p.memory_slices;
+    return NVML_SUCCESS;
+  });
 }
 
 FAKE_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
                                                                  nvmlComputeInstance_t* computeInstance) {
-  State& state = State::instance();
-  const auto held = state.lock();
-  if (!state.initialised()) return NVML_ERROR_UNINITIALIZED;
-  DeviceRef d;
-  if (const nvmlReturn_t rc = state.resolve(gpuInstance, __func__, d); rc != NVML_SUCCESS) return rc;
-  if (computeInstance == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  if (!d.mig->has_compute_instance || id != d.mig->compute_instance_id) return NVML_ERROR_NOT_FOUND;
-  *computeInstance = state.compute_instance_handle(d.index, d.mig->gpu_instance_id, id);
-  return NVML_SUCCESS;
+  return with_handle(__func__, gpuInstance, [=](State& state, DeviceRef& d) {
+    if (computeInstance == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d.mig->has_compute_instance || id != d.mig->compute_instance_id)
+      return NVML_ERROR_NOT_FOUND;
+    *computeInstance = state.compute_instance_handle(d.index, d.mig->gpu_instance_id, id);
+    return NVML_SUCCESS;
+  });
 }
 
 FAKE_NVML_API nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance,

@@ -28,20 +28,23 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "calls.h"
 #include "gpu/nvml_abi.h"
 #include "state.h"
 
-#define FAKE_NVML_API __attribute__((visibility("default")))
-
 namespace {
 
+using fake_nvml::copy_truncated;
 using fake_nvml::DeviceRef;
 using fake_nvml::Gpu;
 using fake_nvml::MigDevice;
 using fake_nvml::MigProfile;
+using fake_nvml::spanning_ci_profile;
 using fake_nvml::State;
+using fake_nvml::with_handle;
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wold-style-cast"
@@ -53,36 +56,14 @@ constexpr unsigned kCiProfileInfoV3 = nvmlComputeInstanceProfileInfo_v3;
 // mutex.
 unsigned long long g_mig_serial = 0;
 
-template <std::size_t N>
-void copy_name(const std::string& value, char (&buffer)[N]) {
-  const std::size_t n = std::min(value.size(), N - 1);
-  std::memcpy(buffer, value.data(), n);
-  buffer[n] = '\0';
-}
-
-// Runs `body` on a full-GPU handle with the state mutex held.
+// Runs `body` on a full-GPU handle with the state mutex held; a MIG device
+// handle is INVALID_ARGUMENT.
 template <typename Body>
 nvmlReturn_t gpu_call(std::string_view function, nvmlDevice_t handle, Body&& body) {
-  State& state = State::instance();
-  const auto held = state.lock();
-  if (!state.initialised()) return NVML_ERROR_UNINITIALIZED;
-  DeviceRef device;
-  if (const nvmlReturn_t rc = state.resolve(handle, function, device); rc != NVML_SUCCESS)
-    return rc;
-  if (device.mig != nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  return body(state, device);
-}
-
-// Runs `body` on a GPU-instance handle (with or without its compute instance).
-template <typename Body>
-nvmlReturn_t gi_call(std::string_view function, nvmlGpuInstance_t handle, Body&& body) {
-  State& state = State::instance();
-  const auto held = state.lock();
-  if (!state.initialised()) return NVML_ERROR_UNINITIALIZED;
-  DeviceRef device;
-  if (const nvmlReturn_t rc = state.resolve(handle, function, device); rc != NVML_SUCCESS)
-    return rc;
-  return body(state, device);
+  return with_handle(function, handle, [&body](State& state, DeviceRef& device) {
+    if (device.mig != nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    return body(state, device);
+  });
 }
 
 const MigProfile* profile_by_id(const Gpu& gpu, unsigned profile_id) {
@@ -107,6 +88,10 @@ std::vector<nvmlGpuInstancePlacement_t> possible_placements(const MigProfile& p)
   return out;
 }
 
+}  // namespace
+
+namespace fake_nvml {
+
 // NVML_COMPUTE_INSTANCE_PROFILE_* constant spanning `slices` compute slices.
 unsigned spanning_ci_profile(unsigned slices) {
   switch (slices) {
@@ -120,6 +105,10 @@ unsigned spanning_ci_profile(unsigned slices) {
     default: return NVML_COMPUTE_INSTANCE_PROFILE_COUNT;
   }
 }
+
+}  // namespace fake_nvml
+
+namespace {
 
 bool uuid_taken(State& state, const std::string& uuid) {
   for (const Gpu& g : state.node().gpus) {
@@ -175,16 +164,29 @@ void fill_ci_profile(const MigProfile& p, unsigned ci_profile, Info& info) {
   info.sharedOfaCount = p.ofa_count;
 }
 
-nvmlReturn_t ci_profile_for(const DeviceRef& d, unsigned profile, unsigned eng_profile,
-                            const MigProfile*& out) {
-  if (profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
-      eng_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED) {
-    return NVML_ERROR_INVALID_ARGUMENT;
-  }
-  const MigProfile& p = d.gpu->profile_of(*d.mig);
-  if (spanning_ci_profile(p.slice_count) != profile) return NVML_ERROR_NOT_SUPPORTED;
-  out = &p;
-  return NVML_SUCCESS;
+// The two compute-instance profile queries: runs `body(profile)` on a
+// GPU-instance handle once `info` is set, its version is one the call knows
+// (the V call: v2 or v3, else ARGUMENT_VERSION_MISMATCH), and (`profile`,
+// `eng_profile`) name a compute-instance profile (else INVALID_ARGUMENT) that
+// spans the GPU instance, the only one supported (else NOT_SUPPORTED).
+template <typename Info, typename Body>
+nvmlReturn_t ci_profile_call(std::string_view function, nvmlGpuInstance_t handle, unsigned profile,
+                             unsigned eng_profile, Info* info, Body&& body) {
+  return with_handle(function, handle, [&](State&, DeviceRef& d) {
+    if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if constexpr (std::is_same_v<Info, nvmlComputeInstanceProfileInfo_v2_t>) {
+      if (info->version != kCiProfileInfoV2 && info->version != kCiProfileInfoV3) {
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+      }
+    }
+    if (profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
+        eng_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    const MigProfile& p = d.gpu->profile_of(*d.mig);
+    if (spanning_ci_profile(p.slice_count) != profile) return NVML_ERROR_NOT_SUPPORTED;
+    return body(p);
+  });
 }
 
 }  // namespace
@@ -278,7 +280,7 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsign
 }
 
 FAKE_NVML_API nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
-  return gi_call(__func__, gpuInstance, [](State& state, DeviceRef& d) {
+  return with_handle(__func__, gpuInstance, [](State& state, DeviceRef& d) {
     if (d.mig->has_compute_instance || has_processes(*d.gpu, d.mig->gpu_instance_id))
       return NVML_ERROR_IN_USE;
     auto& devices = d.gpu->mig.devices;
@@ -294,49 +296,40 @@ FAKE_NVML_API nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
 FAKE_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
     nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
     nvmlComputeInstanceProfileInfo_t* info) {
-  return gi_call(__func__, gpuInstance, [=](State&, DeviceRef& d) {
-    if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    const MigProfile* p = nullptr;
-    if (const nvmlReturn_t rc = ci_profile_for(d, profile, engProfile, p); rc != NVML_SUCCESS)
-      return rc;
-    *info = nvmlComputeInstanceProfileInfo_t{};
-    fill_ci_profile(*p, profile, *info);
-    return NVML_SUCCESS;
-  });
+  return ci_profile_call(__func__, gpuInstance, profile, engProfile, info,
+                         [=](const MigProfile& p) {
+                           *info = nvmlComputeInstanceProfileInfo_t{};
+                           fill_ci_profile(p, profile, *info);
+                           return NVML_SUCCESS;
+                         });
 }
 
 FAKE_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(
     nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
     nvmlComputeInstanceProfileInfo_v2_t* info) {
-  return gi_call(__func__, gpuInstance, [=](State&, DeviceRef& d) {
-    if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    if (info->version != kCiProfileInfoV2 && info->version != kCiProfileInfoV3) {
-      return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    }
-    const MigProfile* p = nullptr;
-    if (const nvmlReturn_t rc = ci_profile_for(d, profile, engProfile, p); rc != NVML_SUCCESS)
-      return rc;
-    const std::string name =
-        "MIG " + std::to_string(p->slice_count) + "c." + std::string(p->short_name());
-    if (info->version == kCiProfileInfoV3) {
-      auto* v3 = reinterpret_cast<nvmlComputeInstanceProfileInfo_v3_t*>(info);
-      *v3 = nvmlComputeInstanceProfileInfo_v3_t{};
-      v3->version = kCiProfileInfoV3;
-      fill_ci_profile(*p, profile, *v3);
-      copy_name(name, v3->name);
-      return NVML_SUCCESS;
-    }
-    *info = nvmlComputeInstanceProfileInfo_v2_t{};
-    info->version = kCiProfileInfoV2;
-    fill_ci_profile(*p, profile, *info);
-    copy_name(name, info->name);
-    return NVML_SUCCESS;
-  });
+  return ci_profile_call(
+      __func__, gpuInstance, profile, engProfile, info, [=](const MigProfile& p) {
+        const std::string name =
+            "MIG " + std::to_string(p.slice_count) + "c." + std::string(p.short_name());
+        if (info->version == kCiProfileInfoV3) {
+          auto* v3 = reinterpret_cast<nvmlComputeInstanceProfileInfo_v3_t*>(info);
+          *v3 = nvmlComputeInstanceProfileInfo_v3_t{};
+          v3->version = kCiProfileInfoV3;
+          fill_ci_profile(p, profile, *v3);
+          copy_truncated(name, v3->name);
+          return NVML_SUCCESS;
+        }
+        *info = nvmlComputeInstanceProfileInfo_v2_t{};
+        info->version = kCiProfileInfoV2;
+        fill_ci_profile(p, profile, *info);
+        copy_truncated(name, info->name);
+        return NVML_SUCCESS;
+      });
 }
 
 FAKE_NVML_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(
     nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t* computeInstance) {
-  return gi_call(__func__, gpuInstance, [=](State& state, DeviceRef& d) {
+  return with_handle(__func__, gpuInstance, [=](State& state, DeviceRef& d) {
     if (computeInstance == nullptr || profileId >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT) {
       return NVML_ERROR_INVALID_ARGUMENT;
     }
@@ -355,18 +348,14 @@ FAKE_NVML_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(
 }
 
 FAKE_NVML_API nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance) {
-  State& state = State::instance();
-  const auto held = state.lock();
-  if (!state.initialised()) return NVML_ERROR_UNINITIALIZED;
-  DeviceRef d;
-  if (const nvmlReturn_t rc = state.resolve(computeInstance, __func__, d); rc != NVML_SUCCESS)
-    return rc;
-  if (has_processes(*d.gpu, d.mig->gpu_instance_id)) return NVML_ERROR_IN_USE;
-  MigDevice* m = mutable_instance(*d.gpu, d.mig->gpu_instance_id);
-  if (m == nullptr) return NVML_ERROR_INVALID_ARGUMENT;  // resolve() found it; cannot happen
-  m->has_compute_instance = false;
-  queue_mig_change(state, d.index);
-  return NVML_SUCCESS;
+  return with_handle(__func__, computeInstance, [](State& state, DeviceRef& d) {
+    if (has_processes(*d.gpu, d.mig->gpu_instance_id)) return NVML_ERROR_IN_USE;
+    MigDevice* m = mutable_instance(*d.gpu, d.mig->gpu_instance_id);
+    if (m == nullptr) return NVML_ERROR_INVALID_ARGUMENT;  // resolve() found it; cannot happen
+    m->has_compute_instance = false;
+    queue_mig_change(state, d.index);
+    return NVML_SUCCESS;
+  });
 }
 
 }  // extern "C"

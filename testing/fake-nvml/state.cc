@@ -186,25 +186,27 @@ nvmlReturn_t State::resolve(nvmlDevice_t handle, std::string_view function, Devi
 
 nvmlReturn_t State::resolve(nvmlGpuInstance_t handle, std::string_view function, DeviceRef& out) {
   if (handle == nullptr || !gpu_instance_registry_.contains(handle)) return NVML_ERROR_INVALID_ARGUMENT;
-  Gpu& gpu = node_->gpus[handle->gpu];
-  if (const nvmlReturn_t rc = gpu_gate(gpu, function); rc != NVML_SUCCESS) return rc;
-  const MigDevice* device = gpu.find_mig_by_gi(handle->gpu_instance_id);
-  if (device == nullptr || !gpu.mig_enabled()) return NVML_ERROR_INVALID_ARGUMENT;
-  out = DeviceRef{gpu_handle(handle->gpu), handle->gpu, &gpu, device,
-                  static_cast<unsigned>(device - gpu.mig.devices.data())};
-  return NVML_SUCCESS;
+  return resolve_instance(handle->gpu, handle->gpu_instance_id, std::nullopt, function, out);
 }
 
 nvmlReturn_t State::resolve(nvmlComputeInstance_t handle, std::string_view function, DeviceRef& out) {
   if (handle == nullptr || !compute_instance_registry_.contains(handle)) return NVML_ERROR_INVALID_ARGUMENT;
-  Gpu& gpu = node_->gpus[handle->gpu];
+  return resolve_instance(handle->gpu, handle->gpu_instance_id, handle->compute_instance_id,
+                          function, out);
+}
+
+nvmlReturn_t State::resolve_instance(unsigned gpu_index, unsigned gpu_instance_id,
+                                     std::optional<unsigned> compute_instance_id,
+                                     std::string_view function, DeviceRef& out) {
+  Gpu& gpu = node_->gpus[gpu_index];
   if (const nvmlReturn_t rc = gpu_gate(gpu, function); rc != NVML_SUCCESS) return rc;
-  const MigDevice* device = gpu.find_mig_by_gi(handle->gpu_instance_id);
-  if (device == nullptr || !gpu.mig_enabled() || !device->has_compute_instance ||
-      device->compute_instance_id != handle->compute_instance_id) {
+  const MigDevice* device = gpu.find_mig_by_gi(gpu_instance_id);
+  if (device == nullptr || !gpu.mig_enabled()) return NVML_ERROR_INVALID_ARGUMENT;
+  if (compute_instance_id &&
+      (!device->has_compute_instance || device->compute_instance_id != *compute_instance_id)) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
-  out = DeviceRef{gpu_handle(handle->gpu), handle->gpu, &gpu, device,
+  out = DeviceRef{gpu_handle(gpu_index), gpu_index, &gpu, device,
                   static_cast<unsigned>(device - gpu.mig.devices.data())};
   return NVML_SUCCESS;
 }

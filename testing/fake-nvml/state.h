@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -167,6 +168,14 @@ class State {
   // Frees the node, handles and event sets; returns the control server so the
   // caller can stop it after releasing the state mutex. Requires the mutex.
   std::unique_ptr<ControlServer> teardown_locked();
+  // The rest of resolve() for an instance handle found in its registry: runs
+  // gpu_gate() on GPU `gpu_index`, then finds the MIG device of GPU instance
+  // `gpu_instance_id` in MIG mode and, for a compute-instance handle
+  // (`compute_instance_id` set), with that compute instance; a missing one is
+  // INVALID_ARGUMENT.
+  nvmlReturn_t resolve_instance(unsigned gpu_index, unsigned gpu_instance_id,
+                                std::optional<unsigned> compute_instance_id,
+                                std::string_view function, DeviceRef& out);
 
   std::mutex lifecycle_mutex_;  // serialises init()/shutdown()/unload()
   std::mutex mutex_;            // the state mutex

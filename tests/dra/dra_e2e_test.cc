@@ -124,14 +124,7 @@ class DraE2eTest : public ::testing::Test {
         testing::DraKubeletOptions{dir_ + "/registry", {"v1.DRAPlugin"}, 10'000ms});
     ASSERT_TRUE(dra_kubelet_->Start());
     // A kubeconfig for the emulator, as an operator would give --kubeconfig.
-    std::ofstream(dir_ + "/kubeconfig")
-        << "apiVersion: v1\nkind: Config\n"
-           "clusters:\n- name: emu\n  cluster:\n    server: "
-        << api_->server->url() << "\n    certificate-authority: " << api_->pki.ca_cert
-        << "\nusers:\n- name: agent\n  user:\n    token: "
-           "test-token\ncontexts:\n- name: emu\n  context:\n    "
-           "cluster: emu\n    user: agent\n"
-           "current-context: emu\n";
+    ASSERT_TRUE(api_->WriteKubeconfig(dir_ + "/kubeconfig"));
   }
   void TearDown() override {
     if (agent_) agent_->Stop();

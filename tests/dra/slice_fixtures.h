@@ -50,7 +50,36 @@ struct ApiFixture {
     }
     client = std::move(cl).value();
   }
+
+  // Writes a kubeconfig at `path` for this emulator (its URL, the PKI's CA,
+  // the bearer token test-token), as an operator would give --kubeconfig.
+  // Returns false when the file could not be written.
+  bool WriteKubeconfig(const std::string& path) const {
+    std::ofstream out(path);
+    out << "apiVersion: v1\nkind: Config\nclusters:\n- name: emu\n  cluster:\n    server: "
+        << server->url() << "\n    certificate-authority: " << pki.ca_cert
+        << "\nusers:\n- name: agent\n  user:\n    token: test-token\ncontexts:\n- name: emu\n"
+           "  context:\n    cluster: emu\n    user: agent\ncurrent-context: emu\n";
+    out.close();
+    return static_cast<bool>(out);
+  }
 };
+
+// A ResourceClaim `ns`/`name` allocated one device: `device` of `pool`, for
+// the request "gpu" by the driver gpu.danqing.io; no uid (the API server
+// emulator's PutClaim gives it one).
+inline nlohmann::json AllocatedClaim(const std::string& ns, const std::string& name,
+                                     const std::string& pool, const std::string& device) {
+  return {{"metadata", {{"namespace", ns}, {"name", name}}},
+          {"status",
+           {{"allocation",
+             {{"devices",
+               {{"results",
+                 {{{"request", "gpu"},
+                   {"driver", "gpu.danqing.io"},
+                   {"pool", pool},
+                   {"device", device}}}}}}}}}}};
+}
 
 // An 8-GPU A100 node with mixed MIG: the checked-in 4-GPU profile
 // a100-mig-mixed (GPU0 3g+2g+1g+1g, GPU1 7x1g, GPU2 2x3g, GPU3 no MIG)

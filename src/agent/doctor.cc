@@ -388,14 +388,15 @@ void CheckDraApi(const config::Config& cfg, const DoctorOptions& options, Findin
   if (!list.ok()) {
     const kube::ApiError& e = list.error();
     std::string fix =
-        e.IsForbidden()        ? std::string(kDraFix)
-        : e.IsUnauthorized()   ? "the token was refused: is the ServiceAccount's "
-                                 "token mounted and current?"
-        : e.http_status == 404 ? "the server does not serve resource.k8s.io/v1 (Kubernetes 1.34+)"
-        : e.reason == "ProxyRefused"
-            ? "the proxy refused the tunnel: check its credentials and that it "
-              "allows CONNECT to " +
+        e.reason == "ProxyRefused"
+            ? "the proxy refused the tunnel: check its credentials and that it allows CONNECT "
+              "to " +
                   kc->server + ", or list the server in NO_PROXY"
+        : e.IsForbidden()    ? std::string(kDraFix)
+        : e.IsUnauthorized() ? "the token was refused: is the ServiceAccount's "
+                               "token mounted and current?"
+        : e.http_status == 404
+            ? "the server does not serve resource.k8s.io/v1 (Kubernetes 1.34+)"
             : "is the API server reachable from this node (" + kc->server + via + ")?";
     f.Add(Level::kFail, "DRA API server", e.ToString(), std::move(fix));
     if (!e.IsForbidden()) return;  // no answer: the other checks would say the same

@@ -72,8 +72,9 @@ struct ApiError {
   bool IsConflict() const { return http_status == 409 && reason != "AlreadyExists"; }
   bool IsAlreadyExists() const { return http_status == 409 && reason == "AlreadyExists"; }
   bool IsGone() const { return http_status == 410 || reason == "Expired" || reason == "Gone"; }
-  bool IsUnauthorized() const { return http_status == 401; }
-  bool IsForbidden() const { return http_status == 403; }
+  // The API server's 401 / 403 (not a proxy's: reason "ProxyRefused").
+  bool IsUnauthorized() const { return http_status == 401 && reason != "ProxyRefused"; }
+  bool IsForbidden() const { return http_status == 403 && reason != "ProxyRefused"; }
   // Worth retrying later as it is: no answer, 429, 5xx, 401 (a token about to rotate).
   bool IsRetryable() const;
 

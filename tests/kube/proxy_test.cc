@@ -163,6 +163,8 @@ TEST_F(KubeProxyTest, ProxyAuthenticationAndRefusalsAreNamed) {
   EXPECT_EQ(rd.error().http_status, 403) << rd.error().ToString();
   EXPECT_EQ(rd.error().reason, "ProxyRefused");
   EXPECT_NE(rd.error().message.find(deny.url()), std::string::npos);
+  EXPECT_FALSE(rd.error().IsForbidden());     // not the API server's RBAC
+  EXPECT_FALSE(rw.error().IsUnauthorized());  // not the API server's token check
 }
 
 TEST_F(KubeProxyTest, BadProxyValuesAreRefusedNamingTheVariable) {

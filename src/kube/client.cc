@@ -498,7 +498,7 @@ Expected<Json> Client::Request(const char* verb, const std::string& path, const 
   bool reused = false;
   auto h = TakeHandle(&reused);
   if (h->http == nullptr) return fail("TLSError", h->error);
-  if (!reused && proxy_) {
+  if (!reused && proxy_ && tls_) {  // http:// servers: requests go to the proxy as they are
     if (auto refused = ProbeProxy(*proxy_, host_, port_, config_.connect_timeout, verb, path))
       return *refused;
   }
@@ -539,7 +539,7 @@ Expected<Json> Client::Request(const char* verb, const std::string& path, const 
     // connection, as an HTTP client does with a stale pooled one.
     h = NewHandle(config_.request_timeout);
     if (h->http == nullptr) return fail("TLSError", h->error);
-    if (proxy_) {
+    if (proxy_ && tls_) {
       if (auto refused = ProbeProxy(*proxy_, host_, port_, config_.connect_timeout, verb, path))
         return *refused;
     }
@@ -658,7 +658,7 @@ Expected<bool> Client::Watch(const std::string& path, Query query,
   // an idle or cancelled watch by shutting the socket down).
   auto h = NewHandle(std::chrono::hours(24));
   if (h->http == nullptr) return fail("TLSError", h->error);
-  if (proxy_) {
+  if (proxy_ && tls_) {
     if (auto refused = ProbeProxy(*proxy_, host_, port_, config_.connect_timeout, "WATCH", path))
       return *refused;
   }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "kube/client.h"
@@ -68,7 +69,7 @@ class KubeProxyTest : public ::testing::Test {
   std::string target_;  // the emulator's host:port
 };
 
-TEST_F(KubeProxyTest, RequestsGoThroughTheProxy) {
+TEST_F(KubeProxyTest, RequestsAndWatchesGoThroughTheProxy) {
   ForwardProxy proxy;
   ASSERT_TRUE(proxy.Start());
   env_.Set("HTTPS_PROXY", proxy.url());
@@ -85,6 +86,34 @@ TEST_F(KubeProxyTest, RequestsGoThroughTheProxy) {
   // The pooled connection (the same tunnel) serves the next request.
   ASSERT_TRUE((*c)->Get(kSlices).ok());
   EXPECT_EQ(proxy.ConnectCount(target_), 2);
+
+  // A watch: its own connection, so its own tunnel; events stream through it.
+  const std::string rv = (*r)["metadata"]["resourceVersion"];
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(
+        fx_->client
+            ->Create(
+                kSlices,
+                Json{{"apiVersion", "resource.k8s.io/v1"},
+                     {"kind", "ResourceSlice"},
+                     {"metadata", {{"name", "n1-w"}}},
+                     {"spec",
+                      {{"driver", "gpu.danqing.io"},
+                       {"nodeName", "n1"},
+                       {"pool", {{"name", "n1"}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                       {"devices", Json::array()}}}})
+            .ok());
+  });
+  std::vector<std::string> seen;
+  auto w = (*c)->Watch(kSlices, {{"resourceVersion", rv}}, [&](const WatchEvent& ev) {
+    seen.push_back(ev.type);
+    return false;
+  });
+  writer.join();
+  ASSERT_TRUE(w.ok()) << w.error().ToString();
+  EXPECT_EQ(seen, std::vector<std::string>{"ADDED"});
+  EXPECT_EQ(proxy.ConnectCount(target_), 4) << proxy.Log();
 }
 
 TEST_F(KubeProxyTest, NoProxyBypassesByHostSuffixAndCidr) {

@@ -32,6 +32,9 @@ PACKAGES=(
   # photos Debian ships as desktop wallpapers, login screens and jigsaw puzzles
   plasma-workspace-wallpapers ukui-wallpapers lomiri-wallpapers-20.04
   lomiri-wallpapers-16.04 lxqt-themes palapeli-data sddm-theme-maldives
+  # the Kubernetes API client through an HTTP proxy (HTTPS_PROXY, CONNECT):
+  # a real forward proxy on loopback for tests/kube
+  tinyproxy-bin
 )
 
 missing=()

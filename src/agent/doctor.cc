@@ -379,24 +379,32 @@ void CheckDraApi(const config::Config& cfg, const DoctorOptions& options, Findin
     return;
   }
   kube::Client& c = **client;
+  // "" or " through proxy http://proxy:3128 (HTTPS_PROXY)".
+  const std::string via =
+      c.proxy() ? " through proxy " + c.proxy()->Display() + " (" + c.proxy()->variable + ")" : "";
   const std::string slices = "/apis/resource.k8s.io/v1/resourceslices";
   auto list = c.Get(slices, {{"fieldSelector", "spec.nodeName=" + d.node_name +
                                                    ",spec.driver=" + d.dra_driver_name}});
   if (!list.ok()) {
     const kube::ApiError& e = list.error();
-    std::string fix = e.IsForbidden()      ? std::string(kDraFix)
-                      : e.IsUnauthorized() ? "the token was refused: is the ServiceAccount's "
-                                             "token mounted and current?"
-                      : e.http_status == 404
-                          ? "the server does not serve resource.k8s.io/v1 (Kubernetes 1.34+)"
-                          : "is the API server reachable from this node (" + kc->server + ")?";
+    std::string fix =
+        e.reason == "ProxyRefused"
+            ? "the proxy refused the tunnel: check its credentials and that it allows CONNECT "
+              "to " +
+                  kc->server + ", or list the server in NO_PROXY"
+        : e.IsForbidden()    ? std::string(kDraFix)
+        : e.IsUnauthorized() ? "the token was refused: is the ServiceAccount's "
+                               "token mounted and current?"
+        : e.http_status == 404
+            ? "the server does not serve resource.k8s.io/v1 (Kubernetes 1.34+)"
+            : "is the API server reachable from this node (" + kc->server + via + ")?";
     f.Add(Level::kFail, "DRA API server", e.ToString(), std::move(fix));
     if (!e.IsForbidden()) return;  // no answer: the other checks would say the same
   } else {
     const kube::Json* items = Member(list.value(), "items");
     const size_t n = items != nullptr && items->is_array() ? items->size() : 0;
     f.Add(Level::kOk, "DRA API server",
-          kc->server + " answers; " + std::to_string(n) + " ResourceSlice(s) of node " +
+          kc->server + " answers" + via + "; " + std::to_string(n) + " ResourceSlice(s) of node " +
               d.node_name + " for " + d.dra_driver_name);
   }
 

@@ -1,10 +1,18 @@
 #include "kube/client.h"
 
 #include <httplib.h>
+#include <netdb.h>
+#include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -122,6 +130,115 @@ X509_STORE* StoreFromPem(const std::string& pem) {
   return store;
 }
 
+// "host:port", IPv6 in brackets (a CONNECT target).
+std::string Authority(const std::string& host, int port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+         std::to_string(port);
+}
+
+// Asks `proxy` for a CONNECT tunnel to `host`:`port` on a connection of its
+// own and reads its status line: nullopt when it agrees (2xx), else the
+// error naming the proxy and its answer. Debian's cpp-httplib 0.11.4 opens
+// its tunnel the same way but deadlocks on its own socket mutex when the
+// proxy refuses and closes (a 403 or 407 with Connection: close), so a
+// refusal is learnt here first and the library only opens tunnels the proxy
+// has just granted.
+std::optional<ApiError> ProbeProxy(const ProxyUrl& proxy, const std::string& host, int port,
+                                   std::chrono::milliseconds timeout, const std::string& verb,
+                                   const std::string& path) {
+  ApiError e;
+  e.verb = verb;
+  e.path = path;
+  const std::string who = "proxy " + proxy.Display() + " (" + proxy.variable + ")";
+  auto fail = [&](std::string reason, std::string message) {
+    e.reason = std::move(reason);
+    e.message = who + ": " + message;
+    return std::optional<ApiError>(e);
+  };
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left_ms = [&] {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now())
+                        .count();
+    return static_cast<int>(std::max<long long>(ms, 0));
+  };
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(proxy.host.c_str(), std::to_string(proxy.port).c_str(), &hints, &res) != 0 ||
+      res == nullptr) {
+    return fail("ConnectionFailed", "cannot resolve " + proxy.host);
+  }
+  int fd = -1;
+  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = errno;
+      if (err == EINPROGRESS && ::poll(&p, 1, left_ms()) == 1) {
+        socklen_t len = sizeof err;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      } else if (err == EINPROGRESS) {
+        err = ETIMEDOUT;
+      }
+      if (err != 0) {
+        ::close(fd);
+        fd = -1;
+      }
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0) return fail("ConnectionFailed", "cannot connect");
+  std::string req =
+      "CONNECT " + Authority(host, port) + " HTTP/1.1\r\nHost: " + Authority(host, port) + "\r\n";
+  if (!proxy.username.empty()) {
+    const std::string cred = proxy.username + ":" + proxy.password;
+    std::string b64(4 * ((cred.size() + 2) / 3) + 1, '\0');
+    const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
+                                  reinterpret_cast<const unsigned char*>(cred.data()),
+                                  static_cast<int>(cred.size()));
+    b64.resize(static_cast<std::size_t>(std::max(n, 0)));
+    req += "Proxy-Authorization: Basic " + b64 + "\r\n";
+  }
+  req += "\r\n";
+  std::size_t sent = 0;
+  while (sent < req.size()) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, left_ms()) != 1) break;
+    const ssize_t n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  std::string head;
+  while (sent == req.size() && head.find("\r\n") == std::string::npos && head.size() < 4096) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, left_ms()) != 1) break;
+    char buf[512];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    head.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  const auto eol = head.find("\r\n");
+  if (eol == std::string::npos) {
+    return fail(left_ms() == 0 ? "Timeout" : "ConnectionFailed",
+                "no answer to CONNECT " + Authority(host, port));
+  }
+  const std::string line = head.substr(0, eol);  // "HTTP/1.1 407 Proxy Authentication Required"
+  const auto sp = line.find(' ');
+  const int status = sp == std::string::npos ? 0 : std::atoi(line.c_str() + sp + 1);
+  if (line.rfind("HTTP/", 0) != 0 || status < 100)
+    return fail("BadResponse", "not an HTTP answer to CONNECT: " + line.substr(0, 200));
+  if (status >= 200 && status <= 299) return std::nullopt;
+  e.http_status = status;
+  return fail("ProxyRefused", "CONNECT " + Authority(host, port) + " answered " +
+                                  line.substr(sp + 1) +
+                                  (status == 407 ? " (the proxy wants credentials: "
+                                                   "http://user:password@host:port)"
+                                                 : ""));
+}
+
 }  // namespace
 
 bool ApiError::IsRetryable() const {
@@ -229,6 +346,10 @@ Result<std::unique_ptr<Client>> Client::Create(Config config) {
   if (host.empty())
     return InvalidArgument("kube client: server " + c->config_.server + ": no host");
   c->host_ = std::string(host);
+  auto proxy = ProxyFromEnvironment(c->tls_ ? "https" : "http", c->host_, c->port_, ::getenv,
+                                    c->config_.proxy_loopback_too);
+  if (!proxy.ok()) return proxy.status();
+  c->proxy_ = std::move(proxy).value();
   // Files are checked here once to fail early with their name; they are read
   // again for each new pooled connection (a rotated CA is picked up).
   for (const auto& [path, what] :
@@ -320,6 +441,11 @@ std::unique_ptr<Client::Handle> Client::NewHandle(std::chrono::milliseconds read
     ssl->enable_server_certificate_verification(!cfg.insecure_skip_tls_verify);
     h->http = std::move(ssl);
   }
+  if (proxy_) {
+    h->http->set_proxy(proxy_->host, proxy_->port);
+    if (!proxy_->username.empty())
+      h->http->set_proxy_basic_auth(proxy_->username, proxy_->password);
+  }
   h->http->set_connection_timeout(cfg.connect_timeout);
   h->http->set_read_timeout(read_timeout);
   h->http->set_write_timeout(cfg.request_timeout);
@@ -372,6 +498,10 @@ Expected<Json> Client::Request(const char* verb, const std::string& path, const 
   bool reused = false;
   auto h = TakeHandle(&reused);
   if (h->http == nullptr) return fail("TLSError", h->error);
+  if (!reused && proxy_ && tls_) {  // http:// servers: requests go to the proxy as they are
+    if (auto refused = ProbeProxy(*proxy_, host_, port_, config_.connect_timeout, verb, path))
+      return *refused;
+  }
 
   httplib::Request req;
   req.method = verb;
@@ -409,6 +539,10 @@ Expected<Json> Client::Request(const char* verb, const std::string& path, const 
     // connection, as an HTTP client does with a stale pooled one.
     h = NewHandle(config_.request_timeout);
     if (h->http == nullptr) return fail("TLSError", h->error);
+    if (proxy_ && tls_) {
+      if (auto refused = ProbeProxy(*proxy_, host_, port_, config_.connect_timeout, verb, path))
+        return *refused;
+    }
     res = httplib::Response();
     err = httplib::Error::Success;
     sent = h->http->send(req, res, err);
@@ -524,6 +658,10 @@ Expected<bool> Client::Watch(const std::string& path, Query query,
   // an idle or cancelled watch by shutting the socket down).
   auto h = NewHandle(std::chrono::hours(24));
   if (h->http == nullptr) return fail("TLSError", h->error);
+  if (proxy_ && tls_) {
+    if (auto refused = ProbeProxy(*proxy_, host_, port_, config_.connect_timeout, "WATCH", path))
+      return *refused;
+  }
 
   httplib::Request req;
   req.method = "GET";

@@ -23,6 +23,13 @@
 // a server trickling its status line and headers a byte at a time could
 // stretch it (cpp-httplib 0.11 has no deadline for the whole exchange).
 //
+// Proxy: HTTPS_PROXY / HTTP_PROXY / NO_PROXY are read at Create, with Go's
+// rules (kube/proxy.h); through a proxy each connection is a CONNECT tunnel
+// (cpp-httplib's set_proxy) with TLS end to end to the API server, whose
+// certificate is verified as without one. A proxy that refuses the tunnel is
+// an ApiError with reason "ProxyRefused", its status (403, 407, 502, ...) and
+// a message naming the proxy and the variable it came from.
+//
 // Thread-safety: Client is safe to use from several threads at once; each
 // call takes a pooled connection (kept alive and reused) or makes one; a
 // watch has its own connection and a small thread that ends it when
@@ -36,6 +43,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,6 +52,7 @@
 
 #include "common/status.h"
 #include "kube/config.h"
+#include "kube/proxy.h"
 
 namespace danqing::kube {
 
@@ -63,8 +72,9 @@ struct ApiError {
   bool IsConflict() const { return http_status == 409 && reason != "AlreadyExists"; }
   bool IsAlreadyExists() const { return http_status == 409 && reason == "AlreadyExists"; }
   bool IsGone() const { return http_status == 410 || reason == "Expired" || reason == "Gone"; }
-  bool IsUnauthorized() const { return http_status == 401; }
-  bool IsForbidden() const { return http_status == 403; }
+  // The API server's 401 / 403 (not a proxy's: reason "ProxyRefused").
+  bool IsUnauthorized() const { return http_status == 401 && reason != "ProxyRefused"; }
+  bool IsForbidden() const { return http_status == 403 && reason != "ProxyRefused"; }
   // Worth retrying later as it is: no answer, 429, 5xx, 401 (a token about to rotate).
   bool IsRetryable() const;
 
@@ -123,14 +133,17 @@ struct WatchOptions {
 
 class Client {
  public:
-  // Fails (INVALID_ARGUMENT) when the config has no server, or its CA or
-  // client certificate cannot be read.
+  // Fails (INVALID_ARGUMENT) when the config has no server, its CA or client
+  // certificate cannot be read, or the proxy variable is not a usable URL
+  // (the message names the variable).
   static Result<std::unique_ptr<Client>> Create(Config config);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
   const Config& config() const { return config_; }
+  // The proxy the connections go through; none: direct.
+  const std::optional<ProxyUrl>& proxy() const { return proxy_; }
 
   // `path` starts with '/' ("/apis/resource.k8s.io/v1/resourceslices").
   // OK: the 2xx response's JSON body.
@@ -169,6 +182,7 @@ class Client {
   std::string host_;  // from config_.server
   int port_ = 0;
   std::string prefix_;  // the server URL's path ("" or "/k8s/clusters/c1"), before every path
+  std::optional<ProxyUrl> proxy_;
   std::mutex pool_mu_;
   std::vector<std::unique_ptr<Handle>> pool_;  // guarded by pool_mu_
 };

@@ -53,6 +53,12 @@ struct Config {
   std::chrono::milliseconds request_timeout{30000};        // whole request, not watches
   std::size_t max_response_bytes = std::size_t{32} << 20;  // body (or watch line) limit
   std::string user_agent = "danqing-device-plugin";
+
+  // The HTTP proxy comes from HTTPS_PROXY / HTTP_PROXY / NO_PROXY (kube/proxy.h),
+  // read by Client::Create. Tests only: a loopback server (the emulators) is
+  // proxied too when the rules say so (Go, and the client by default, never
+  // proxy localhost or a loopback address).
+  bool proxy_loopback_too = false;
 };
 
 // The in-cluster config from the environment and `sa_dir` (the service
